@@ -1,0 +1,158 @@
+"""Benchmark and self-score the `clean` stage.
+
+    python bench/clean.py                 # demo corpus (data/raw/demo) and ../shared/devset if present
+    python bench/clean.py --workers 1     # single process, for a per-core figure
+
+For each corpus: documents/s and MB/s through `stages.clean.run` with the params.yaml settings, the
+read-only time, and CPU time per phase. On the devset (and on the demo corpus, from its labels) it
+scores the floors of issue #2: language-ID accuracy, other languages kept as zh/en, keep rate of
+good zh/en text, exact-duplicate removal, near-duplicate recall, HTML tags left in kept text.
+Results: bench/results/clean.json and clean.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from stages import clean  # noqa: E402
+from stages.common.io import read_table  # noqa: E402
+from stages.common.normalize import HTML_TAG_RE  # noqa: E402
+from stages.common.params import load_section  # noqa: E402
+from stages.common.readers import iter_raw, list_input_files  # noqa: E402
+
+DEVSET = ROOT.parent / "shared" / "devset" / "devset.jsonl"
+DEMO = ROOT / "data" / "raw" / "demo"
+DEMO_LABELS = ROOT / "data" / "raw" / "demo_labels.jsonl"
+# HTML tags as a reader would recognise them: known element names, any closing tag, or any tag with
+# an attribute. Placeholders such as `<file>` or `<stdin>` in man pages and docs are text, not markup.
+ANY_TAG_RE = re.compile(r"{}|</[a-zA-Z][\w-]*>|<[a-zA-Z][\w-]*\s+[\w-]+\s*=\s*[\"'][^<>]*>".format(HTML_TAG_RE.pattern),
+                        re.I | re.S)
+KEEP_LANGS = ("zh", "en")
+
+
+def run_clean(params: clean.Params, input_path: Path, workers: int | None) -> tuple[dict, dict[str, dict]]:
+    """Run the stage into a temp dir; return (metrics, outcome per id)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = {"input": str(input_path), "out_dir": f"{tmp}/out", "metrics_path": f"{tmp}/metrics.json",
+                     "reasons_plot_path": f"{tmp}/reasons.csv"}
+        if workers is not None:
+            overrides["num_workers"] = workers
+        p = dataclasses.replace(params, **overrides)
+        t0 = time.perf_counter()
+        num_read = sum(1 for _ in iter_raw(list_input_files(p.input, p.pattern)))
+        read_seconds = time.perf_counter() - t0
+        metrics = clean.run(p)
+        metrics["read_only_seconds"] = read_seconds
+        assert num_read == metrics["num_read"]
+        outcome: dict[str, dict] = {}
+        for row in read_table(f"{tmp}/out/docs", ["id", "text", "lang"]).to_pylist():
+            outcome[row["id"]] = {"kept": True, "lang": row["lang"], "text": row["text"], "reason": None}
+        for row in read_table(f"{tmp}/out/quarantine", ["id", "lang", "reason", "source", "index"]).to_pylist():
+            outcome.setdefault(row["id"], {"kept": False, "lang": row["lang"], "reason": row["reason"],
+                                           "source": row["source"], "index": row["index"]})
+    return metrics, outcome
+
+
+def score(labels: list[dict], outcome: dict[str, dict], good_kinds: set[str]) -> dict[str, float]:
+    """Floors of issue #2 on labelled documents (`labels`: id, text length, lang, kind, dup_type, dup_of)."""
+    s: dict[str, float] = {}
+    for lang in KEEP_LANGS:
+        docs = [d for d in labels if d["lang"] == lang and d["chars"] >= 50]
+        right = sum(1 for d in docs if outcome[d["id"]]["lang"] == lang)
+        s[f"langid_accuracy_{lang}"] = right / max(1, len(docs))
+        s[f"langid_num_{lang}"] = len(docs)
+    others = [d for d in labels if d["lang"] not in KEEP_LANGS and d["lang"] and d["chars"] >= 50]
+    s["others_kept_as_zh_en_rate"] = sum(
+        1 for d in others if outcome[d["id"]]["kept"] and outcome[d["id"]]["lang"] in KEEP_LANGS) / max(1, len(others))
+    s["others_num"] = len(others)
+    good = [d for d in labels if d["lang"] in KEEP_LANGS and d["chars"] >= 200 and not d["dup_type"]
+            and d["kind"] in good_kinds]
+    s["good_zh_en_keep_rate"] = sum(1 for d in good if outcome[d["id"]]["kept"]) / max(1, len(good))
+    s["good_zh_en_num"] = len(good)
+    # A duplicate pair is resolved when at most one of the two is kept. The stage keeps the first
+    # occurrence in input order, which is not always the one the labels call the original.
+    for dup_type in ("exact", "near"):
+        pairs = [(outcome[d["id"]]["kept"], outcome[d["dup_of"]]["kept"]) for d in labels
+                 if d["dup_type"] == dup_type and d["dup_of"] in outcome]
+        live = [pair for pair in pairs if any(pair)]  # pairs where other rules dropped both say nothing
+        s[f"{dup_type}_dup_recall"] = sum(1 for pair in live if not all(pair)) / max(1, len(live))
+        s[f"{dup_type}_dup_pairs_scored"] = len(live)
+    s["exact_dups_labelled_kept"] = sum(1 for d in labels if d["dup_type"] == "exact" and outcome[d["id"]]["kept"])
+    s["kept_docs_with_html_tags"] = sum(1 for o in outcome.values() if o["kept"] and ANY_TAG_RE.search(o["text"]))
+    return s
+
+
+def devset_labels(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
+    return [{"id": r["id"], "chars": len(r["text"]), "lang": r["lang"], "kind": r["kind"],
+             "dup_type": r.get("dup_type") or (r.get("dup_of") and "near"), "dup_of": r.get("dup_of")} for r in rows]
+
+
+def demo_labels(path: Path, outcome: dict[str, dict]) -> list[dict]:
+    """Demo labels keyed by id; records without an id are matched through (shard, line)."""
+    by_position = {(Path(o["source"]).name, o["index"]): i for i, o in outcome.items() if "source" in o}
+    labels = []
+    for line in path.open(encoding="utf-8"):
+        r = json.loads(line)
+        if r["malformed"]:
+            continue
+        doc_id = r["id"] if r["id"] in outcome else by_position.get((r["shard"], r["line"]))
+        if doc_id is None:
+            continue  # kept doc without a given id: its derived id is not in the labels
+        labels.append({"id": doc_id, "chars": r.get("chars", 10**6), "lang": r["lang"], "kind": r["kind"],
+                       "dup_type": r["dup_type"], "dup_of": r["dup_of"]})
+    return labels
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=None, help="override clean.num_workers")
+    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
+    args = parser.parse_args()
+    params = load_section("clean", clean.Params, args.params)
+    results: dict[str, dict] = {"machine": {"cpus": clean.resolve_workers(0), "python": platform.python_version()}}
+    if DEMO.is_dir():
+        metrics, outcome = run_clean(params, DEMO, args.workers)
+        results["demo"] = {"metrics": metrics}
+        if DEMO_LABELS.is_file():
+            results["demo"]["scores"] = score(demo_labels(DEMO_LABELS, outcome), outcome, {"article", "long", "noisy",
+                                                                                            "html"})
+    else:
+        print(f"no demo corpus at {DEMO}: run `make demo` (or `dvc repro demo_corpus`) first", file=sys.stderr)
+    if DEVSET.is_file():
+        metrics, outcome = run_clean(params, DEVSET, args.workers)
+        results["devset"] = {"metrics": metrics,
+                             "scores": score(devset_labels(DEVSET), outcome, {"prose", "fortune", "manpage", "html"})}
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "clean.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    lines = ["# clean benchmark", "", f"machine: {results['machine']}", ""]
+    for name in ("demo", "devset"):
+        if name not in results:
+            continue
+        m = results[name]["metrics"]
+        lines += [f"## {name}", "", f"- {m['num_read']} records, {m['input_mb']:.1f} MB, {m['num_workers']} workers",
+                  f"- **{m['docs_per_s']:.0f} docs/s**, {m['mb_per_s']:.2f} MB/s ({m['seconds']:.2f} s wall; "
+                  f"read alone {m['read_only_seconds']:.2f} s)",
+                  "- CPU seconds per phase: " + ", ".join(f"{k.split('.', 1)[1]} {v:.2f}" for k, v in m.items()
+                                                          if k.startswith("cpu_seconds."))]
+        for key, value in results[name].get("scores", {}).items():
+            lines.append(f"- {key}: {value:.4f}" if isinstance(value, float) else f"- {key}: {value}")
+        lines.append("")
+    (out / "clean.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

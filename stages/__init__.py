@@ -1,0 +1,1 @@
+"""Refinery pipeline stages: one module per DVC stage, shared code in `stages.common`."""

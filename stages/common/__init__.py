@@ -1,0 +1,1 @@
+"""Code shared by every stage: params, IO, metrics, text rules."""

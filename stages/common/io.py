@@ -1,0 +1,87 @@
+"""Parquet shard IO shared by the stages: streaming writers with bounded buffers, and readers."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DOC_SCHEMA = pa.schema([
+    ("id", pa.string()),
+    ("text", pa.large_string()),
+    ("lang", pa.string()),
+    ("lang_prob", pa.float32()),
+    ("source", pa.string()),
+    ("meta", pa.string()),  # the record's other fields, as JSON
+])
+
+QUARANTINE_SCHEMA = pa.schema([
+    ("id", pa.string()),
+    ("stage", pa.string()),
+    ("reason", pa.string()),
+    ("lang", pa.string()),
+    ("lang_prob", pa.float32()),
+    ("source", pa.string()),
+    ("index", pa.int64()),
+    ("dup_of", pa.string()),
+    ("record", pa.large_string()),  # the original record, or the cleaned text for rule/dedup drops
+])
+
+
+class ShardWriter:
+    """Writes rows to `<folder>/part-00000.parquet`, ... rolling to a new file every `rows_per_shard`."""
+
+    def __init__(self, folder: Path, schema: pa.Schema, rows_per_shard: int, rows_per_group: int = 2000) -> None:
+        self.folder = folder
+        self.schema = schema
+        self.rows_per_shard = rows_per_shard
+        self.rows_per_group = rows_per_group
+        self.num_rows = 0
+        self.num_shards = 0
+        self._buffer: list[dict[str, Any]] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._rows_in_shard = 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._buffer.append(row)
+        self.num_rows += 1
+        if len(self._buffer) >= self.rows_per_group:
+            self._flush()
+
+    def _flush(self) -> None:
+        while self._buffer:
+            if self._writer is None:
+                path = self.folder / f"part-{self.num_shards:05d}.parquet"
+                self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+                self.num_shards += 1
+                self._rows_in_shard = 0
+            take = min(len(self._buffer), self.rows_per_shard - self._rows_in_shard)
+            chunk, self._buffer = self._buffer[:take], self._buffer[take:]
+            self._writer.write_table(pa.Table.from_pylist(chunk, schema=self.schema))
+            self._rows_in_shard += take
+            if self._rows_in_shard >= self.rows_per_shard:
+                self._writer.close()
+                self._writer = None
+
+    def close(self) -> None:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self.num_shards == 0:  # an empty output is still a readable, typed dataset
+            pq.write_table(self.schema.empty_table(), self.folder / "part-00000.parquet")
+            self.num_shards = 1
+
+
+def iter_rows(folder: str | Path, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[dict[str, Any]]:
+    for path in sorted(Path(folder).glob("part-*.parquet")):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+            yield from batch.to_pylist()
+
+
+def read_table(folder: str | Path, columns: list[str] | None = None) -> pa.Table:
+    paths = sorted(Path(folder).glob("part-*.parquet"))
+    return pa.concat_tables([pq.read_table(p, columns=columns) for p in paths])

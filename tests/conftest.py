@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DEVSET = ROOT.parent / "shared" / "devset"
+
+
+@pytest.fixture
+def devset_dir() -> Path:
+    """The team's labelled devset; absent in a user's fresh clone, so tests using it skip."""
+    if not (SHARED_DEVSET / "devset.jsonl").is_file():
+        pytest.skip("../shared/devset is not present")
+    return SHARED_DEVSET
+
+
+def write_jsonl(path: Path, records: list, compress: bool = False) -> Path:
+    """Write records (dicts become JSON, bytes are written raw) one per line."""
+    lines = [r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode() for r in records]
+    data = b"\n".join(lines) + b"\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if compress:
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    """A copy of the project's pipeline files (code, dvc.yaml, params.yaml) in a fresh folder."""
+    dst = tmp_path / "repo"
+    dst.mkdir()
+    for name in ("stages", "dvc.yaml", "params.yaml", "requirements.lock"):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst / name)
+    return dst
+
+
+def load_bench(name: str) -> ModuleType:
+    """Import `bench/<name>.py`, so tests score with exactly the benchmark's code."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

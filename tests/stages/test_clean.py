@@ -1,0 +1,142 @@
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stages import clean
+from stages.common.io import read_table
+from tests.conftest import load_bench, write_jsonl
+
+EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
+      "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.")
+EN2 = ("A small bakery on the corner of the square opens before dawn, and the smell of bread fills the street "
+       "while the first buses arrive with workers who stop to buy rolls on their way to the factory.")
+ZH = "这条河流经古老的小镇，住在那里的人们世世代代在河里捕鱼。春天，随着积雪融化，河水上涨，渔民们便在岸边修补渔网。"
+DE = ("Der Fluss fließt durch die alte Stadt, und die Menschen, die dort leben, fischen seit Generationen darin. "
+      "Im Frühling steigt das Wasser mit der Schneeschmelze.")
+PAGE = (f"<!DOCTYPE html><html><head><script>var x = 1;</script></head><body><nav>Home | About</nav>"
+        f"<p>{EN2}</p><footer>All rights reserved</footer></body></html>")
+
+
+def corpus(tmp_path: Path) -> Path:
+    records = [
+        {"id": "en", "text": EN, "url": "https://a.example"},
+        {"id": "zh", "text": "\x1b[32m" + ZH + "\x1b[m"},
+        {"id": "de", "text": DE},
+        {"id": "page", "text": PAGE},
+        {"id": "en-exact", "text": EN.upper().replace(".", " .")},
+        {"id": "en-near", "text": EN.replace("spring", "summer").replace("nets", "boats")},
+        {"id": "short", "text": "Buy now!"},
+        b'{"id": "broken", "text": "unterminated',
+        b'{"id": "latin1", "text": "caf\xe9"}',
+        {"id": "notext", "body": EN},
+        {"id": "num", "text": 3},
+        {"id": "blank", "text": "  "},
+    ]
+    return write_jsonl(tmp_path / "raw" / "part-0.jsonl.gz", records, compress=True).parent
+
+
+EXPECTED_REASONS = {
+    "de": "lang:de", "en-exact": "dedup:exact", "en-near": "dedup:near", "short": "quality:too_short",
+    "notext": "invalid:missing_text", "num": "invalid:non_string_text", "blank": "invalid:empty",
+}
+
+
+def make_params(tmp_path: Path, input_dir: Path, **overrides) -> clean.Params:
+    return dataclasses.replace(clean.Params(), input=str(input_dir), out_dir=str(tmp_path / "out"),
+                               metrics_path=str(tmp_path / "metrics" / "clean.json"),
+                               reasons_plot_path=str(tmp_path / "metrics" / "reasons.csv"), **overrides)
+
+
+def outputs(params: clean.Params) -> tuple[list[dict], list[dict]]:
+    return (read_table(Path(params.out_dir) / "docs").to_pylist(),
+            read_table(Path(params.out_dir) / "quarantine").to_pylist())
+
+
+def test_clean_keeps_drops_and_explains(tmp_path):
+    params = make_params(tmp_path, corpus(tmp_path), num_workers=1)
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert [d["id"] for d in docs] == ["en", "zh", "page"]
+    by_id = {d["id"]: d for d in docs}
+    assert by_id["zh"]["lang"] == "zh" and "\x1b" not in by_id["zh"]["text"]
+    assert by_id["page"]["text"] == EN2
+    assert json.loads(by_id["en"]["meta"]) == {"url": "https://a.example"}
+    reasons = {q["id"]: q["reason"] for q in quarantine}
+    assert {k: reasons[k] for k in EXPECTED_REASONS} == EXPECTED_REASONS
+    assert sorted(r for i, r in reasons.items() if i.startswith("h-")) == ["invalid:bad_json", "invalid:bad_utf8"]
+    dups = {q["id"]: q["dup_of"] for q in quarantine if q["dup_of"]}
+    assert dups == {"en-exact": "en", "en-near": "en"}
+    de = next(q for q in quarantine if q["id"] == "de")
+    assert de["lang"] == "de" and json.loads(de["record"])["text"] == DE  # the original survives
+    assert metrics["num_read"] == 12 == metrics["num_kept"] + metrics["num_quarantined"]
+    assert metrics["dropped.lang:de"] == 1 and metrics["kept.en"] == 2
+    assert json.loads(Path(params.metrics_path).read_text()) == metrics
+    plot_rows = Path(params.reasons_plot_path).read_text().splitlines()
+    assert plot_rows[0] == "reason,count" and "kept,3" in plot_rows and "lang:de,1" in plot_rows
+    assert (Path(params.out_dir) / "_SUCCESS").is_file()
+    assert not [p for p in Path(params.out_dir).parent.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_worker_count_does_not_change_results(tmp_path):
+    raw = corpus(tmp_path)
+    one = make_params(tmp_path / "one", raw, num_workers=1, batch_size=2)
+    two = make_params(tmp_path / "two", raw, num_workers=2, batch_size=2)
+    clean.run(one)
+    clean.run(two)
+    assert outputs(one) == outputs(two)
+
+
+def test_failed_run_publishes_nothing(tmp_path, monkeypatch):
+    params = make_params(tmp_path, corpus(tmp_path), num_workers=1)
+    clean.run(params)
+    before = outputs(params)
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(clean.ShardWriter, "close", explode)
+    with pytest.raises(RuntimeError, match="disk full"):
+        clean.run(dataclasses.replace(params, languages=("de",)))
+    assert outputs(params) == before
+
+
+def test_invalid_params_are_named():
+    with pytest.raises(ValueError, match="min_lang_prob"):
+        clean.Params(min_lang_prob=2.0)
+
+
+GOOD = st.sampled_from([EN, EN2, ZH, DE, PAGE])
+BAD = st.sampled_from([b'{"text": ', b'{"text": "\xff\xfe"}', b"42", b'{"text": null}', b'{"text": ""}',
+                       b'{"x": 1}', b'{"text": "\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\u0008'
+                       b'\\u000e\\u000f\\u0010"}'])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(GOOD.map(lambda t: {"text": t}), BAD,
+                          st.text(max_size=300).map(lambda t: {"text": t})), min_size=1, max_size=40))
+def test_every_record_is_accounted_for(tmp_path_factory, records):
+    tmp_path = tmp_path_factory.mktemp("prop")
+    write_jsonl(tmp_path / "raw" / "x.jsonl", records)
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1)
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == len(records)
+    assert len(docs) + len(quarantine) == len(records)
+    assert len({d["id"] for d in docs} | {q["id"] for q in quarantine}) == len(records)
+    assert all(q["reason"] for q in quarantine)
+
+
+def test_devset_floors(tmp_path, devset_dir):
+    """Issue #2's quality floors on the team's labelled devset (the benchmark reports the same figures)."""
+    bench = load_bench("clean")
+    _, outcome = bench.run_clean(clean.Params(), devset_dir / "devset.jsonl", workers=2)
+    s = bench.score(bench.devset_labels(devset_dir / "devset.jsonl"), outcome, {"prose", "fortune", "manpage", "html"})
+    assert s["langid_accuracy_zh"] >= 0.98 and s["langid_accuracy_en"] >= 0.98
+    assert s["others_kept_as_zh_en_rate"] < 0.01
+    assert s["good_zh_en_keep_rate"] >= 0.90
+    assert s["exact_dup_recall"] == 1.0 and s["near_dup_recall"] >= 0.9
+    assert s["kept_docs_with_html_tags"] == 0
