@@ -29,7 +29,7 @@ from stages import clean  # noqa: E402
 from stages.common.io import read_table  # noqa: E402
 from stages.common.normalize import HTML_TAG_RE  # noqa: E402
 from stages.common.params import load_section  # noqa: E402
-from stages.common.readers import iter_raw, list_input_files  # noqa: E402
+from stages.common.readers import iter_raw, list_input_files, parse_raw  # noqa: E402
 
 DEVSET = ROOT.parent / "shared" / "devset" / "devset.jsonl"
 DEMO = ROOT / "data" / "raw" / "demo"
@@ -58,9 +58,8 @@ def run_clean(params: clean.Params, input_path: Path, workers: int | None) -> tu
         outcome: dict[str, dict] = {}
         for row in read_table(f"{tmp}/out/docs", ["id", "text", "lang"]).to_pylist():
             outcome[row["id"]] = {"kept": True, "lang": row["lang"], "text": row["text"], "reason": None}
-        for row in read_table(f"{tmp}/out/quarantine", ["id", "lang", "reason", "source", "index"]).to_pylist():
-            outcome.setdefault(row["id"], {"kept": False, "lang": row["lang"], "reason": row["reason"],
-                                           "source": row["source"], "index": row["index"]})
+        for row in read_table(f"{tmp}/out/quarantine", ["id", "lang", "reason"]).to_pylist():
+            outcome.setdefault(row["id"], {"kept": False, "lang": row["lang"], "reason": row["reason"]})
     return metrics, outcome
 
 
@@ -99,18 +98,19 @@ def devset_labels(path: Path) -> list[dict]:
              "dup_type": r.get("dup_type") or (r.get("dup_of") and "near"), "dup_of": r.get("dup_of")} for r in rows]
 
 
-def demo_labels(path: Path, outcome: dict[str, dict]) -> list[dict]:
-    """Demo labels keyed by id; records without an id are matched through (shard, line)."""
-    by_position = {(Path(o["source"]).name, o["index"]): i for i, o in outcome.items() if "source" in o}
+def demo_labels(labels_path: Path, corpus: Path, max_record_bytes: int) -> list[dict]:
+    """Demo labels joined to the records by (shard, line); ids and lengths come from the records."""
+    parsed = {}
+    for raw in iter_raw(list_input_files(str(corpus))):
+        record = parse_raw(raw, max_record_bytes)
+        parsed[(Path(raw.source).name, raw.index)] = (record.id, len(getattr(record, "text", "")))
     labels = []
-    for line in path.open(encoding="utf-8"):
+    for line in labels_path.open(encoding="utf-8"):
         r = json.loads(line)
         if r["malformed"]:
             continue
-        doc_id = r["id"] if r["id"] in outcome else by_position.get((r["shard"], r["line"]))
-        if doc_id is None:
-            continue  # kept doc without a given id: its derived id is not in the labels
-        labels.append({"id": doc_id, "chars": r.get("chars", 10**6), "lang": r["lang"], "kind": r["kind"],
+        doc_id, chars = parsed[(r["shard"], r["line"])]
+        labels.append({"id": doc_id, "chars": chars, "lang": r["lang"], "kind": r["kind"],
                        "dup_type": r["dup_type"], "dup_of": r["dup_of"]})
     return labels
 
@@ -126,8 +126,8 @@ def main() -> None:
         metrics, outcome = run_clean(params, DEMO, args.workers)
         results["demo"] = {"metrics": metrics}
         if DEMO_LABELS.is_file():
-            results["demo"]["scores"] = score(demo_labels(DEMO_LABELS, outcome), outcome, {"article", "long", "noisy",
-                                                                                            "html"})
+            labels = demo_labels(DEMO_LABELS, DEMO, params.max_record_bytes)
+            results["demo"]["scores"] = score(labels, outcome, {"article", "long", "noisy", "html"})
     else:
         print(f"no demo corpus at {DEMO}: run `make demo` (or `dvc repro demo_corpus`) first", file=sys.stderr)
     if DEVSET.is_file():

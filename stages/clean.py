@@ -12,7 +12,6 @@ Invariant, checked before anything is published: kept + quarantined == records r
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -29,7 +28,7 @@ from stages.common.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter
 from stages.common.langid import LanguageIdentifier
 from stages.common.normalize import NormalizeOptions, normalize
-from stages.common.params import load_section
+from stages.common.cli import stage_main
 from stages.common.pool import ordered_map, resolve_workers  # noqa: F401 (resolve_workers used by bench)
 from stages.common.quality import QualityParams, QualityRules
 from stages.common.readers import RawRecord, Rejection, iter_raw, list_input_files, parse_raw
@@ -124,7 +123,7 @@ class Cleaner:
 def quarantine_row(doc_id: str, reason: str, source: str, index: int, record: str,
                    lang: str | None = None, lang_prob: float | None = None, dup_of: str | None = None) -> dict[str, Any]:
     return {"id": doc_id, "stage": STAGE, "reason": reason, "lang": lang, "lang_prob": lang_prob, "source": source,
-            "index": index, "dup_of": dup_of, "record": record}
+            "index": index, "dup_of": dup_of, "score": None, "record": record}
 
 
 _cleaner: Cleaner | None = None
@@ -221,11 +220,7 @@ def run(params: Params) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (section `clean`)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run(load_section(STAGE, Params, args.params))
+    stage_main(STAGE, Params, run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,54 @@
 """Build the bundled demo corpus: raw JSONL shards that the `clean` stage runs on.
 
 Deterministic from `seed` (one `random.Random`; Faker instances seeded from it; gzip mtime=0), no
-downloads, in a given environment: the real prose below depends on the Python version and on the
+downloads, in a given environment: the real text below depends on the Python version and on the
 package versions that requirements.lock pins. Shares of `num_docs` (every record written, malformed
 ones included):
 
-* kinds: html 6% (article inside a full HTML page), ad 5% and boilerplate 5% (en/zh: cookie
-  notices, copyright lines, menus, terms, licences), short 3% (< 30 chars), long 0.5% (50-150 KB),
-  noisy 3% (control chars, ANSI colour codes, latin-1 mojibake, symbol runs, URLs, e-mails),
-  article the rest (~70%). Text is Faker lorem per locale, except English: ~70% of the English
-  article/html/noisy bodies are real prose that ships with Python and the pinned packages (the prose
-  of stdlib and third-party docstrings and of the `pydoc_data` help topics, ~3.9 MB, see
-  `harvest`), packed into articles of 400-4000 chars, each used once and spread evenly over those
-  kinds; the rest of the English text (long docs included) comes from sentence templates full of
-  function words ("The {adj} {noun} of the {noun} ..."), so it reads as English, if meaningless,
-  and passes the Gopher stop-word rule as real English does.
+* kinds: html 6% (half an article inside a full HTML page, half a documentation page, see below),
+  ad 5%, boilerplate 6%, short 3% (< 30 chars), long 0.5% (50-150 KB), noisy 3% (control chars,
+  ANSI colour codes, latin-1 mojibake, symbol runs, URLs, e-mails), article the rest (~70%).
+* English bodies: ~2/3 of the article/html/noisy bodies (other than man pages and quotes) are real
+  prose that ships with Python and the pinned packages (the prose of stdlib and third-party
+  docstrings and of the `pydoc_data` help topics, ~3.1 MB, see `harvest`), packed into articles of
+  400-4000 chars, each used once and spread evenly over those kinds; the rest (long docs included)
+  comes from sentence templates full of function words ("The {adj} {noun} of the {noun} ..."), so
+  it reads as English, if meaningless, and passes the Gopher stop-word rule as real English does.
+* Chinese bodies: half of the article/html/noisy bodies are prose from sentence templates with real
+  structure, technical ("在使用{tool}时，...", commands and options in running prose, so technical is
+  not boilerplate) or general (places, seasons, people), and 8% of the other articles are
+  classical-style couplets from word lists; zh_TW gets all templated Chinese in Traditional script
+  (`to_traditional`). The rest, and all long docs (templated text repeats too many 10-char runs for
+  `clean` at 50 KB), is Faker lorem, as is the text of the other languages.
+* More genres of real documentation and prose, so that the keep class is not only articles (see
+  MAN_SHARE, QUOTE_SHARE, DOC_PAGE_SHARE):
+  - man pages, 8% of the en and zh articles: formatted like `man` prints them (header and footer
+    lines, NAME/SYNOPSIS/DESCRIPTION/OPTIONS at 7 columns, option descriptions at 14, sometimes
+    RETURN VALUE, EXAMPLES, SEE ALSO...). English ones render a real function's docstring (`api_docs`:
+    one documented function in API_EVERY, whose docstring is then not in the prose pool), mostly as
+    a command whose parameters are --options, sometimes as a section-3 library function; Chinese
+    ones come from templates (名称/概述/描述/选项/示例..., three heading styles, English command and
+    option names, full-sentence Chinese option descriptions).
+  - quotes, 5% of the en and zh articles: 60-300 chars with an attribution line ("\n    -- Name",
+    "\n\t\t-- Name, \"Work\""): en template aphorisms, general sentences of the prose pool
+    (`quote_sentences`) and Zen of Python lines in frames; zh own sayings and couplets attributed
+    "-- 作者《题目》", some coloured with ANSI codes as fortune files are.
+  - documentation pages, half the html pages: Sphinx (navigation in div.related and
+    div.sphinxsidebar, "¶" header links, Pygments code blocks, a footer div; English ones carry
+    0-2 autodoc entries from `api_docs`) or, 20% of them, DocBook XSL chunks whose navigation
+    tables `clean` keeps as text; en/zh labels in the page's language.
+* boilerplate (en 55%, zh_CN 35%, zh_TW 10%). English: 55% real licence, copyright and notice text
+  from the installed distributions' *.dist-info folders (1-3 consecutive paragraphs, each used once,
+  see `licence_texts`; templated notices once it runs out), 20% templated copyright/licence notices
+  (source headers, DEP-5 stanzas), 5% templated software messages (a --help text or catalog lines:
+  usage, option help, errors with %s/%d/%1$s specifiers, version lines), 20% website templates
+  (cookie notices, menus, terms). Chinese: 35% translations from the zh gettext catalogs that
+  installed packages ship (4-12 messages, one a line, see `po_catalogs`; zh_TW mixes the few
+  Traditional ones with templated messages), 45% templated software messages (catalog lines only:
+  unrelated errors with %s/%d, "无法…", "用法：…", option help lines; never one coherent --help text,
+  which is what the man pages are), 20% website templates. ads: en 55% / zh_CN 45%, from templates.
 * languages (all kinds but ad/boilerplate): en 33%, zh 28% (zh_CN 21%, zh_TW 7%), de/fr/es/ru 6%
-  each, ja/it/pl 5% each; ad/boilerplate are en 55% / zh 45%. Overall about en 35%, zh 30%.
+  each, ja/it/pl 5% each. Overall about en 35%, zh 30%.
 * duplicates: 3% exact (same text, new id and url) and 3% near (a word/char replaced or swapped,
   a sentence appended or dropped, sometimes a whitespace change; Jaccard on word 3-grams, char
   3-grams for zh/ja, >= 0.8). Each comes after its original in the stream.
@@ -28,23 +60,35 @@ Records are shuffled, duplicates slotted in after their originals, and the strea
 contiguously into `num_shards` files: stream order is part-00000 line 1 ... last shard's last line.
 The labels file has one line per record in that order; `lang` is null for malformed records and
 `id` is the id written in the line (null when there is none).
+
+The semantic labels (`semantic_labels_path`) are examples for the semantic filter, in stream order:
+{"id", "text" (as written), "lang" (en|zh), "label" (keep|drop), "category" (null|ad|boilerplate)}
+for every well-formed, non-duplicate en/zh ad and boilerplate record (drop) and a seeded sample of
+1.5 times as many well-formed, non-duplicate article/html/noisy/long records per language (keep),
+the man pages, quotes and documentation pages among them.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import codecs
 import functools
 import gzip
 import html
 import importlib
+import importlib.util
 import inspect
 import json
 import logging
 import random
 import re
 import string
+import sysconfig
+import textwrap
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +111,7 @@ class Params:
     num_shards: int = 8
     out_dir: str = "data/raw/demo"
     labels_path: str = "data/raw/demo_labels.jsonl"
+    semantic_labels_path: str = "data/labels/demo.jsonl"
 
 
 # locale -> (label language, weight, tld)
@@ -77,12 +122,19 @@ LOCALES: dict[str, tuple[str, float, str]] = {
     "pl_PL": ("pl", 0.05, "pl"),
 }
 CJK = {"zh", "ja"}
-KIND_SHARE = {"html": 0.06, "ad": 0.05, "boilerplate": 0.05, "short": 0.03, "long": 0.005, "noisy": 0.03}
+KIND_SHARE = {"html": 0.06, "ad": 0.05, "boilerplate": 0.06, "short": 0.03, "long": 0.005, "noisy": 0.03}
 DUP_SHARE = {"exact": 0.03, "near": 0.03}
 MALFORMED = ("bad_json", "bad_utf8", "not_object", "missing_text", "non_string_text", "empty", "binary",
              "oversized")
 NO_ID_SHARE = 0.10
 REAL_KINDS = ("article", "html", "noisy")  # English bodies drawn from the pool of real prose
+# Semantic-filter examples: well-formed, non-duplicate records of these languages; every ad/boilerplate
+# record is a `drop` example, and 1.5 times as many records of the keep kinds (per language) are `keep`.
+SEMANTIC_LANGS = ("en", "zh")
+SEMANTIC_DROP_KINDS = ("ad", "boilerplate")
+SEMANTIC_KEEP_KINDS = ("article", "html", "noisy", "long")
+SEMANTIC_KEEP_RATIO = 1.5
+CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
 # Modules whose docstrings make the pool of real English prose. The corpus depends on their exact
 # text, so the list is fixed and sorted, and third-party modules are ones pinned by requirements.lock
 # that import quickly and silently. One that fails to import is skipped (and the corpus changes).
@@ -212,6 +264,499 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December")
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 EN_SLOT = re.compile(r"\{(\w+)\}")
+# --- Chinese prose that is not lorem: sentence templates with real structure (technical and general),
+# and classical-style couplets. A slot is {name}; an unknown name (e.g. a literal "{0}") is left as is.
+ZH_TECH_TEMPLATES = (
+    "在使用{tool}时，{person}通常需要先{action}，然后再{action}。",
+    "这样做的原因是{reason}。",
+    "如果{file}的内容发生了变化，{tool}会在下一次运行时重新读取它。",
+    "很多{person}第一次接触{concept}时都会觉得它很抽象，但多练习几次就会发现其中的规律。",
+    "例如，运行 {cmd} {opt} 可以{effect}，而不必手动{action}。",
+    "选项 {opt} 的作用是{effect}，在{situation}时尤其有用。",
+    "{concept}和{concept}并不是一回事：前者关注{aspect}，后者更关心{aspect}。",
+    "在{place}的一家小公司里，{person}每天都要用{tool}处理上百个{file}。",
+    "当{file}变得越来越大时，{concept}就显得格外重要。",
+    "有经验的{person}会在修改{file}之前先{action}。",
+    "不少教程只介绍了 {cmd} 的基本用法，却很少解释{concept}背后的原理。",
+    "其实{tool}本身并不复杂，真正困难的是理解{concept}。",
+    "为了让{file}在不同的机器上都能正常工作，最好先{action}。",
+    "按照惯例，{tool}会把临时数据写进{file}，所以它通常不需要提交到仓库里。",
+    "需要注意的是，{opt} 会改变 {cmd} 的默认行为，使用之前应当{action}。",
+    "在实际工作中，{concept}往往和{concept}一起出现。",
+    "{name}在一篇文章里提到，学习{tool}最好的办法是从{action}开始。",
+    "有人习惯把 {cmd} 写进脚本里，这样每次{situation}时只要执行一条命令就够了。",
+    "第一次{situation}的时候，{person}最容易忽略的就是{concept}。",
+    "从{year}年起，越来越多的{person}开始用{tool}来管理{file}。",
+    "说到底，{concept}解决的是{aspect}的问题，而不是{aspect}的问题。",
+    "如果不确定某个选项的含义，可以先加上 {opt} 看看{tool}会输出什么。",
+    "这一点在{place}的几所大学里已经成了{person}之间的共识。",
+    "换句话说，{reason}。",
+    "所以，与其反复{action}，不如花一点时间弄清楚{concept}。",
+)
+ZH_GENERAL_TEMPLATES = (
+    "{place}位于{direction}，以{feature}闻名。",
+    "每年{season}，{crowd}都会来这里{activity}。",
+    "据一位{person}介绍，{topic}在过去{num}年里发生了很大的变化。",
+    "{person}认为，{topic}不仅仅是{thing}，更是一种{thing2}。",
+    "关于{topic}，人们的看法并不一致。",
+    "有人说{topic}正在慢慢消失，也有人觉得它只是换了一种形式。",
+    "在{place}，{topic}一直和当地人的日常生活联系在一起。",
+    "{name}小时候常常跟着家人{activity}，那时的{place}还没有这么多高楼。",
+    "研究{topic}的{person}发现，{finding}。",
+    "这些变化的背后，是{cause}。",
+    "如今，{topic}已经成了{place}的一张名片。",
+    "不过，也有{person}担心，过度开发会让{feature}失去原来的样子。",
+    "{year}年，{place}举办了第一届与{topic}有关的展览，吸引了{crowd}。",
+    "对{crowd}来说，{activity}是一年中最值得期待的事情。",
+    "走在{place}的老街上，随处可以看到{feature}。",
+    "{name}说，他最难忘的是{season}的一个傍晚，大家一起{activity}。",
+    "从某种意义上讲，{topic}记录的是一座城市的性格。",
+    "随着{cause}，{topic}也在悄悄改变。",
+    "也许正是因为{feature}，{place}才显得与众不同。",
+)
+ZH_TOOLS = ("Git", "Python", "Docker", "Vim", "Emacs", "Nginx", "PostgreSQL", "SQLite", "Make", "GCC", "rsync",
+            "SSH", "LaTeX", "Excel", "Jupyter", "Kubernetes", "Redis", "VS Code", "终端", "命令行", "浏览器",
+            "文本编辑器", "包管理器", "虚拟机", "数据库", "版本控制系统", "电子表格", "防火墙", "输入法")
+ZH_COMMANDS = ("git commit", "git rebase -i", "ls -l", "tar -xzf", "pip install", "make install", "grep -r",
+               "ssh-keygen", "docker run", "df -h", "du -sh", "chmod +x", "find . -name", "ps aux", "kill -9",
+               "crontab -e", "systemctl restart", "apt-get update", "npm install", "cargo build",
+               "python -m venv", "sort | uniq -c", "rsync -av", "journalctl -u", "git log --oneline")
+ZH_OPTIONS = ("--verbose", "--dry-run", "--force", "-r", "-n", "--help", "--version", "-v", "--no-cache",
+              "--prefix", "-j4", "--quiet", "--all", "-i", "--recursive", "--output", "-x", "--since")
+ZH_FILES = ("配置文件", "日志文件", "源代码", "脚本", "表格", "备份文件", "压缩包", "Makefile", "README 文件",
+            "/etc/hosts", "~/.bashrc", "requirements.txt", "数据文件", "索引", "证书", "模板", "说明文档", "字体文件")
+ZH_CONCEPTS = ("版本控制", "缓存", "字符编码", "进程", "线程", "文件权限", "环境变量", "递归", "排序算法", "网络协议",
+               "数据结构", "正则表达式", "时区", "虚拟内存", "容器", "备份策略", "加密", "压缩", "并发", "日志轮转",
+               "依赖管理", "单元测试", "代码审查", "负载均衡", "字体渲染", "符号链接", "标准输入和标准输出")
+ZH_PEOPLE = ("老师", "学生", "工程师", "管理员", "初学者", "研究人员", "编辑", "医生", "农民", "厨师", "作者", "读者",
+             "志愿者", "程序员", "设计师", "村民", "游客", "记者", "店主", "图书管理员", "历史学家", "摄影师")
+ZH_PLACES = ("北京", "上海", "杭州", "成都", "西安", "广州", "武汉", "南京", "昆明", "厦门", "苏州", "兰州", "拉萨",
+             "青岛", "桂林", "大理", "洛阳", "哈尔滨", "重庆", "长沙", "泉州", "扬州", "敦煌", "丽江")
+ZH_ACTIONS = ("检查配置", "备份数据", "更新软件包", "阅读文档", "编写测试", "清理缓存", "停止服务", "确认权限",
+              "设置环境变量", "保存当前的工作", "查看日志", "重启机器", "整理目录结构", "记录每一步操作", "核对版本号",
+              "安装依赖", "比较两个版本的差异", "压缩旧文件", "写一个最小的例子")
+ZH_REASONS = ("这样可以避免数据丢失", "不同版本之间的差异往往会导致意想不到的错误", "很多问题其实在早期就能被发现",
+              "系统在高负载时更容易暴露隐藏的缺陷", "多数人并不会仔细阅读说明", "一旦出错，恢复的成本会高得多",
+              "旧的设置可能与新版本不兼容", "团队成员需要在同一个基础上协作", "磁盘空间往往比预想的更早耗尽",
+              "记录下来的步骤以后可以反复使用", "别人接手时能更快地看懂前因后果")
+ZH_EFFECTS = ("列出所有被修改过的文件", "在不真正修改任何内容的情况下预览结果", "把输出保存到指定的目录",
+              "显示更详细的进度信息", "跳过已经存在的文件", "一次处理整个目录", "只显示最近的几条记录",
+              "忽略大小写的差异", "让程序在出错时立刻停下来", "同时运行多个任务")
+ZH_SITUATIONS = ("排查问题", "第一次部署", "处理大量文件", "网络不稳定", "多人同时修改同一个项目", "迁移到新服务器",
+                 "准备发布新版本", "恢复误删的数据")
+ZH_ASPECTS = ("速度", "正确性", "可读性", "安全性", "兼容性", "资源占用", "长期维护", "用户体验")
+ZH_DIRECTIONS = ("长江下游", "西南山区", "黄河岸边", "东部沿海", "西北高原", "南方丘陵", "太湖之滨", "大运河畔")
+ZH_SEASONS = ("春天", "夏天", "秋天", "冬天", "雨季", "春节前后", "中秋时节", "清明前后")
+ZH_CROWDS = ("许多游客", "附近的居民", "学生们", "老人们", "摄影爱好者", "外地的商人", "年轻的家庭")
+ZH_ACTIVITIES = ("赏花", "登山", "划船", "采茶", "看灯会", "拍照", "逛夜市", "钓鱼", "写生", "放风筝", "听戏")
+ZH_FEATURES = ("古老的石桥", "清澈的湖水", "热闹的集市", "独特的小吃", "连绵的群山", "悠久的历史", "安静的街巷",
+               "成片的稻田", "精美的木雕", "弯弯曲曲的小河")
+ZH_TOPICS = ("城市交通", "传统节日", "饮食习惯", "地方方言", "茶叶种植", "古代建筑", "候鸟迁徙", "手工造纸",
+             "乡村教育", "书法", "气候变化", "社区图书馆", "公共卫生", "旧城改造", "民间音乐", "刺绣工艺")
+ZH_THINGS = ("一种习惯", "一门技术", "一项工作", "一个行业", "一种手艺")
+ZH_THINGS2 = ("生活方式", "文化记忆", "社会关系", "审美态度", "精神寄托")
+ZH_FINDINGS = ("年轻人的参与比想象中更多", "气候对它的影响非常明显", "许多做法其实源于很早以前",
+               "不同地区之间的差别相当大", "它和当地的经济状况关系密切")
+ZH_CAUSES = ("交通条件的改善", "人口的不断流动", "新技术的普及", "教育水平的提高", "市场需求的变化")
+ZH_NUMBERS = ("十", "二十", "三十", "五十", "一百")
+# Couplets of 5 (noun verb noun) or 7 (lead noun verb noun) characters, from these lists only.
+POEM_NOUNS = ("春风", "秋月", "青山", "白云", "流水", "孤舟", "寒鸦", "落花", "明月", "长江", "古道", "西风", "夕阳",
+              "残雪", "细雨", "江楼", "渔火", "疏钟", "远山", "孤城", "柳岸", "梅影", "松涛", "归雁", "清泉", "晚霞",
+              "霜林", "野渡", "空庭", "小桥", "烟波", "荒村", "客路", "高台")
+POEM_VERBS = tuple("入送照落隐绕归过拂满映带连锁催染伴随卷听")
+POEM_LEADS = ("万里", "千山", "何处", "今宵", "几度", "独坐", "遥看", "半夜", "一夜", "十年", "无言", "依旧", "谁家",
+              "故园", "他乡", "醉里", "梦中", "回首")
+# --- Software messages, as concatenated gettext catalogs ship them: usage and help lines, option help,
+# errors with printf/Python format specifiers, version and licence lines. Own templates, so that the
+# boilerplate class is not one package's strings. Slots as above; "%s", "%1$s", "{0}" are literal.
+# (short option, long option, argument, English help, Chinese help)
+CLI_OPTIONS = (
+    ("h", "help", "", "show this help message and exit", "显示此帮助信息并退出"),
+    ("V", "version", "", "output version information and exit", "显示版本信息并退出"),
+    ("q", "quiet", "", "suppress all normal output", "不输出任何信息"),
+    ("v", "verbose", "", "explain what is being done", "显示详细的处理信息"),
+    ("r", "recursive", "", "operate on directories and their contents recursively", "递归处理目录及其内容"),
+    ("f", "force", "", "never prompt before overwriting", "强制执行，不进行确认"),
+    ("i", "ignore-case", "", "ignore case distinctions", "忽略大小写差异"),
+    ("H", "human-readable", "", "print sizes in human readable format (e.g. 1K 234M 2G)",
+     "以易读的格式显示大小（例如 1K 234M 2G）"),
+    ("j", "jobs", "N", "run N jobs in parallel", "同时运行 N 个任务"),
+    ("c", "config", "FILE", "read settings from FILE", "从 FILE 读取配置"),
+    ("o", "output", "FILE", "write the result to FILE instead of standard output", "将结果写入 FILE 而不是标准输出"),
+    ("s", "summary", "", "print only a summary", "只显示统计结果"),
+    ("n", "line-number", "", "prefix each line of output with its line number", "在每行输出前加上行号"),
+    ("P", "no-dereference", "", "never follow symbolic links", "不跟随符号链接"),
+    ("I", "interactive", "", "prompt before every removal", "每次删除前都进行询问"),
+    ("p", "preserve", "", "keep mode, ownership and timestamps", "保留权限、属主和时间戳"),
+    ("t", "timeout", "SECS", "give up after SECS seconds", "超过 SECS 秒后放弃"),
+    ("C", "no-cache", "", "do not read or write the cache", "不读取也不写入缓存"),
+    ("d", "dry-run", "", "show what would be done, change nothing", "仅模拟运行，不做实际修改"),
+    ("S", "sort", "WORD", "sort by WORD: name, size, time", "按 WORD 排序：name、size、time"),
+    ("e", "exclude", "PATTERN", "skip files matching PATTERN", "跳过与 PATTERN 匹配的文件"),
+    ("u", "user", "NAME", "run as user NAME", "以用户 NAME 的身份运行"),
+    ("w", "width", "COLS", "assume the screen is COLS columns wide", "假定屏幕宽度为 COLS 列"),
+    ("z", "null", "", "end each output line with NUL, not newline", "每行输出以 NUL 结尾而不是换行符"),
+)
+CLI_PROGS = ("backupctl", "imgconv", "pkgtool", "syncd", "mkindex", "netcheck", "fwctl", "dbdump", "cfgedit",
+             "zipsplit",
+             "audiotag", "logtail", "certgen", "diskstat", "mailsort", "srvmon", "fontscan", "tzconv", "webfetch",
+             "keyring-tool", "pdfmerge", "dirhash", "cronjob", "xmllint2")
+ZH_OBJECTS = ("文件", "目录", "软件包", "配置文件", "设备", "用户", "分区", "数据库", "连接", "会话", "证书", "镜像",
+              "仓库", "索引", "缓存", "模块", "插件", "进程", "套接字", "符号链接", "密钥", "日志")
+ZH_OBJECT_VERBS = ("删除", "修改", "访问", "写入", "重命名", "挂载", "锁定", "读取", "创建")
+ZH_MESSAGES = (
+    "无法打开{obj}“%s”：%s", "无法创建{obj} %s", "无法读取{obj} %s：权限不足", "权限不足，无法{objverb}{obj} %s",
+    "错误：%s 不是有效的{obj}", "{obj} %s 不存在", "第 %d 行：语法错误", "配置文件 %s 第 %d 行有错误：%s",
+    "读取 %s 时出错", "写入 %s 失败：磁盘空间不足", "内存不足", "无效的选项 -- '%c'", "选项“--{lopt}”需要一个参数",
+    "无法识别的选项“%s”", "请尝试执行“{prog} --help”来获取更多信息。", "警告：{obj} %s 已存在，将被覆盖",
+    "连接到 %s:%d 失败：%s", "已跳过 %d 个{obj}", "%1$s 需要 %2$s 参数", "无法将 %s 转换为 %s",
+    "无法将{obj}“%1$s”移动到“%2$s”：%3$s", "正在下载 %s（%d/%d）...", "是否继续？[Y/n] ", "找不到命令：%s",
+    "%s：不是目录", "操作超时（%d 秒）", "{obj} %s 已被锁定，请稍后重试", "校验和不匹配：期望 %s，实际为 %s",
+    "不支持的{obj}格式：%s", "无法解析主机名 %s", "已删除 %s", "正在处理 %s...", "共 %zu 个{obj}，其中 %zu 个失败",
+    "子进程 %d 异常退出，返回值为 %d", "捕获到信号 %d，正在退出", "%s：参数过多", "缺少必需的参数：%s",
+    "%(name)s 不是有效的{obj}名称", "已更新 {0} 个{obj}", "无法获取{obj} %s 的状态", "已完成 %.1f%%",
+    "用户 %s 没有足够的权限", "请先以管理员身份登录", "此操作无法撤销。", "正在等待{obj}锁释放...",
+    "无法初始化{obj}：%s", "{obj}已损坏，请重新生成", "文件名过长", "设备上没有剩余空间", "输入/输出错误",
+    "不允许的操作", "参数列表过长", "资源暂时不可用", "%s：{obj}已在使用中", "无法加载{obj} %s：%s",
+    "{obj}“%s”的格式不正确", "忽略无效的{obj} %s", "跳过 %s：与 %s 相同", "无法确定当前的工作目录",
+    "%s：输入文件就是输出文件", "%s 的大小超过了 %lu 字节的限制", "%s 在 %s 之后被修改，将重新读取",
+)
+ZH_USAGE = ("用法：{prog} [选项]... [{zharg}]...", "用法：{prog} [-{flags}] {zharg}", "  或者：{prog} --{lopt} {zharg}",
+            "用法: {prog} [选项] <{zharg}>", "用法：{prog} 命令 [参数]...")
+ZH_DESCRIPTIONS = (
+    "将每个{obj}的内容复制到标准输出。", "如果没有指定{zharg}，或者{zharg}为“-”，则从标准输入读取。",
+    "长选项必须使用的参数对于短选项也是必须使用的。", "列出{obj}的信息（默认为当前目录）。",
+    "退出状态：成功时返回 0，出错时返回非零值。", "可用的命令如下：", "选项：", "参数：", "示例：",
+    "除非指定了 --{lopt}，否则不会修改已有的{obj}。", "SIZE 可以带有单位后缀：K、M、G、T（以 1024 为基数）。",
+)
+ZH_VERSION_LINES = (
+    "{prog} {ver}", "版权所有 (C) {year} {holder}。", "许可证 {lic}：<{licurl}>", "本软件是自由软件：您可以自由地修改和再发布它。",
+    "在法律允许的范围内，本软件不提供任何担保。", "由 {name} 编写。", "请将错误报告发送至 <{email}>。",
+    "{prog} 主页：<{url}>", "请将翻译错误报告给 <{email}>。", "本程序基于 {lic} 发布，详细条款请参阅随附的 COPYING 文件。",
+)
+ZH_ARGS = ("文件", "目录", "源", "目标", "模式", "名称", "设备", "地址")
+EN_OBJECTS = ("file", "directory", "package", "configuration file", "device", "user", "partition", "database",
+              "connection", "session", "certificate", "image", "repository", "index", "cache", "module", "plugin",
+              "process", "socket", "symbolic link", "key", "log")
+EN_MESSAGES = (
+    "cannot open {obj} '%s': %s", "{prog}: cannot create {obj} %s: Permission denied", "error: %s is not a valid {obj}",
+    "{obj} %s does not exist", "line %d: syntax error near unexpected token '%s'", "error reading %s",
+    "out of memory", "invalid option -- '%c'", "option '--{lopt}' requires an argument", "unrecognized option '%s'",
+    "Try '{prog} --help' for more information.", "warning: {obj} %s already exists and will be overwritten",
+    "failed to connect to %s:%d: %s", "skipped %d {objs}", "%1$s requires %2$s argument", "could not convert %s to %s",
+    "cannot move {obj} '%1$s' to '%2$s': %3$s", "Downloading %s (%d/%d)...", "Do you want to continue? [Y/n] ",
+    "%s: command not found", "%s: Not a directory", "operation timed out after %d seconds",
+    "{obj} %s is locked, try again later", "checksum mismatch: expected %s, got %s", "unsupported {obj} format: %s",
+    "could not resolve host: %s", "removed '%s'", "processing %s...", "%zu {objs}, %zu failed",
+    "child process %d exited with status %d", "caught signal %d, exiting", "{prog}: missing operand",
+    "%(name)s is not a valid {obj} name", "{0} {objs} updated", "cannot stat '%s': %s", "%.1f%% complete",
+    "user %s does not have sufficient privileges", "This operation cannot be undone.", "waiting for {obj} lock...",
+    "failed to initialise {obj}: %s", "{obj} is corrupt; please regenerate it", "File name too long",
+    "No space left on device", "Input/output error", "Operation not permitted", "Argument list too long",
+    "Resource temporarily unavailable", "%s: {obj} is busy", "ignoring invalid {obj} %s",
+    "%s: input file is output file",
+    "%s exceeds the limit of %lu bytes", "{prog}: error: the following arguments are required: {arg}",
+    "{prog}: error: unrecognized arguments: %s", "{prog}: error: argument --{lopt}: invalid int value: '%s'",
+)
+EN_USAGE = ("usage: {prog} [-h] [--{lopt} {ARG}] {arg} [{arg} ...]", "Usage: {prog} [OPTION]... [{ARG}]...",
+            "Usage: {prog} [-{flags}] {arg}", "  or:  {prog} --{lopt} {ARG}", "usage: {prog} <command> [<args>]")
+EN_DESCRIPTIONS = (
+    "Copy each {obj} to standard output.", "With no {ARG}, or when {ARG} is -, read standard input.",
+    "Mandatory arguments to long options are mandatory for short options too.", "positional arguments:",
+    "options:", "optional arguments:", "Exit status is 0 on success and non-zero on error.", "Commands:",
+    "The SIZE argument may have a suffix: K, M, G, T (powers of 1024).", "See '{prog} help <command>' for details.",
+)
+EN_VERSION_LINES = (
+    "{prog} {ver}", "Copyright (C) {year} {holder}.", "License {lic}: <{licurl}>.",
+    "This is free software; you may change and redistribute it.", "This program comes with ABSOLUTELY NO WARRANTY.",
+    "Written by {name}.", "Report bugs to <{email}>.", "{prog} home page: <{url}>",
+)
+# Copyright and licence notices as source files and package metadata carry them (own wording).
+EN_NOTICES = (
+    "Copyright (c) {years} {holder}\nAll rights reserved.",
+    "Copyright {years} {holder}\n\nLicensed under the {licname}. A copy of the license is included in the LICENSE\n"
+    "file distributed with this source code.",
+    "This file is part of {project}, which is released under the {licname}.\nSee the accompanying LICENSE file "
+    "for the full text and the list of contributors.",
+    "Portions of this software are derived from {project}, copyright {years} {holder},\nand are used under the "
+    "terms of the {licname}.",
+    "Files: {paths}\nCopyright: {years} {holder}\n           {years} {holder}\nLicense: {spdx}",
+    "Files: {paths}\nCopyright: {years} {holder}\nLicense: {spdx}\nComment: bundled copy, see upstream for the "
+    "original notice.",
+    "{project} includes software developed by {holder} ({url}).",
+    "SPDX-License-Identifier: {spdx}\nCopyright (C) {years} {holder} and contributors",
+    "Redistribution of this {thing} in source or binary form must keep the copyright notice above, this\n"
+    "sentence and the disclaimer below.",
+    "The {thing} is provided by {holder} without any warranty, including the implied warranties of\n"
+    "merchantability and fitness for a particular purpose. Use it at your own risk.",
+)
+LICENCES = (("MIT", "MIT License", "https://opensource.org/licenses/MIT"),
+            ("Apache-2.0", "Apache License, Version 2.0", "https://www.apache.org/licenses/LICENSE-2.0"),
+            ("GPL-3.0-or-later", "GNU General Public License, version 3 or later", "https://gnu.org/licenses/gpl.html"),
+            ("GPL-2.0-or-later", "GNU General Public License, version 2 or later",
+             "https://gnu.org/licenses/gpl-2.0.html"),
+            ("LGPL-2.1-or-later", "GNU Lesser General Public License, version 2.1 or later",
+             "https://gnu.org/licenses/lgpl-2.1.html"),
+            ("BSD-3-Clause", "BSD 3-Clause License", "https://opensource.org/licenses/BSD-3-Clause"),
+            ("BSD-2-Clause", "BSD 2-Clause License", "https://opensource.org/licenses/BSD-2-Clause"),
+            ("MPL-2.0", "Mozilla Public License 2.0", "https://mozilla.org/MPL/2.0/"),
+            ("ISC", "ISC License", "https://opensource.org/licenses/ISC"),
+            ("Zlib", "zlib License", "https://zlib.net/zlib_license.html"))
+NOTICE_PATHS = ("*", "src/*", "debian/*", "lib/*.c", "include/*.h", "vendor/*", "docs/*", "tests/data/*", "contrib/*",
+                "third_party/*", "m4/*", "scripts/*.py", "fonts/*")
+NOTICE_THINGS = ("software", "library", "program", "font", "documentation", "data file")
+# Shares of each language's boilerplate documents by source. When the pool of real licence text runs
+# out, licence documents fall back to the notices.
+BOILER_MIX_EN = {"licence": 0.55, "notice": 0.2, "messages": 0.05, "templates": 0.2}
+BOILER_MIX_ZH = {"po": 0.35, "messages": 0.45, "templates": 0.2}
+BOILER_LOCALES = {"en_US": 0.55, "zh_CN": 0.35, "zh_TW": 0.10}
+LICENCE_FILES = ("LICENSE", "LICENCE", "COPYING", "NOTICE")  # name prefixes, upper case, in *.dist-info
+LICENCE_DOC_CHARS = (100, 3000)  # a licence document: 1-3 consecutive paragraphs, at least 100 chars
+ZH_PROSE_SHARE = 0.5  # of Chinese article/html/noisy bodies: templated prose; the rest is Faker lorem
+ZH_POEM_SHARE = 0.08  # of Chinese articles (other than man pages and quotes): couplets
+# --- Genres of real documentation and prose beyond articles, for the keep class of the semantic labels.
+MAN_SHARE = 0.08  # of English and Chinese articles: man pages (English ones from `api_docs`)
+QUOTE_SHARE = 0.05  # of English and Chinese articles: a quote or saying with an attribution line
+DOC_PAGE_SHARE = 0.5  # of html pages: documentation pages (Sphinx, some DocBook) instead of PAGE
+DOCBOOK_SHARE = 0.2  # of documentation pages: DocBook XSL chunks, whose navigation text `clean` keeps
+MAN_WIDTH = 78
+ZH_NO_LINE_START = set("，。、；：？！）」』”’》")
+QUOTE_CHARS = (60, 300)
+# English man pages from API docs: section titles and the parts of the header and footer lines.
+MAN_TITLES_CLI = ("User Commands", "General Commands Manual", "{project} Manual")
+MAN_TITLES_LIB = ("Library Functions Manual", "{project} Reference Manual", "Python Library Reference")
+# Chinese man pages (own templates): programs with a purpose and an argument name, options with
+# full-sentence descriptions, description sentences, examples, sections in three heading styles.
+ZH_MAN_PROGS = (
+    ("rsync", "在本地或远程主机之间同步文件和目录", "源", 1), ("tar", "创建、查看或解开归档文件", "文件", 1),
+    ("grep", "在文件中查找与模式匹配的行", "模式", 1), ("df", "报告文件系统的磁盘空间使用情况", "文件系统", 1),
+    ("du", "估算文件和目录所占用的磁盘空间", "目录", 1), ("chmod", "修改文件的访问权限", "文件", 1),
+    ("chown", "修改文件的属主和属组", "文件", 1), ("crontab", "维护每个用户的定时任务表", "文件", 1),
+    ("ssh-keygen", "生成、管理和转换认证密钥", "密钥文件", 1), ("mount", "挂载文件系统", "设备", 8),
+    ("useradd", "创建新用户或修改新用户的默认设置", "用户名", 8), ("iconv", "在不同的字符编码之间转换文本", "文件", 1),
+    ("sort", "对文本文件中的各行进行排序", "文件", 1), ("uniq", "报告或删除文件中相邻的重复行", "文件", 1),
+    ("wc", "统计文件的行数、单词数和字节数", "文件", 1), ("find", "在目录树中查找文件", "起始目录", 1),
+    ("xargs", "从标准输入读取参数，并据此构建和执行命令", "命令", 1), ("ping", "向网络上的主机发送回显请求", "主机", 8),
+    ("journalctl", "查询和显示系统日志", "匹配条件", 1), ("ln", "在文件之间建立链接", "目标", 1),
+    ("cp", "复制文件和目录", "源文件", 1), ("mv", "移动文件或给文件改名", "源文件", 1),
+    ("head", "输出文件开头的若干行", "文件", 1), ("tail", "输出文件末尾的若干行", "文件", 1),
+    ("gzip", "压缩或解压文件", "文件", 1), ("passwd", "修改用户的密码", "用户名", 1),
+    ("hostname", "显示或设置系统的主机名", "名称", 1), ("kill", "向进程发送信号", "进程号", 1),
+    ("fdisk", "查看和修改磁盘分区表", "设备", 8), ("lsblk", "列出系统中的块设备", "设备", 8),
+    ("diff", "逐行比较两个文件的差异", "文件", 1), ("patch", "把差异文件应用到原始文件上", "补丁文件", 1),
+    ("ldd", "显示程序所依赖的共享库", "程序", 1), ("nice", "以调整后的优先级运行程序", "命令", 1),
+    ("watch", "周期性地执行命令，并全屏显示它的输出", "命令", 1), ("zip", "打包并压缩文件", "压缩包", 1),
+    ("date", "显示或设置系统的日期和时间", "格式", 1), ("env", "在修改过的环境中运行程序", "命令", 1),
+    ("split", "把一个文件分割成若干个较小的文件", "文件", 1), ("tee", "从标准输入读取数据，同时写到标准输出和文件", "文件", 1),
+    ("logrotate", "轮转、压缩和删除系统日志", "配置文件", 8), ("fsck", "检查并修复文件系统", "设备", 8),
+    ("dig", "查询域名系统中的记录", "域名", 1), ("curl", "在本机和服务器之间传输数据", "地址", 1),
+)
+# (short option, long option, argument, description); {obj} is an object of ZH_OBJECTS, {prog} the program.
+ZH_MAN_OPTIONS = (
+    ("a", "all", "", "显示所有的{obj}，包括名字以点号开头的隐藏{obj}。"),
+    ("b", "backup", "", "在覆盖已有的{obj}之前，先为它创建一个备份。备份的名字是在原来的名字后面加上一个波浪号。"),
+    ("c", "config", "文件", "从指定的文件中读取配置，而不是使用默认的配置文件。"),
+    ("d", "debug", "", "输出调试信息。这些信息主要供开发人员使用，普通用户一般不需要关心。"),
+    ("e", "exclude", "模式", "跳过名字与给定模式相匹配的{obj}。模式中可以使用通配符，这个选项可以多次指定。"),
+    ("f", "force", "", "强制执行操作，即使目标已经存在也不提示确认。使用这个选项时请格外小心。"),
+    ("h", "help", "", "显示简短的使用说明，然后退出。"),
+    ("i", "interactive", "", "在执行每一步操作之前都先询问用户，只有得到肯定的回答之后才会继续。"),
+    ("k", "keep", "", "处理完成后保留原来的{obj}，不把它删除。"),
+    ("l", "list", "", "以列表的形式输出结果，每行一项，并附带大小和修改时间等信息。"),
+    ("n", "dry-run", "", "只显示将要执行的操作，而不真正修改任何内容。正式运行之前，最好先用这个选项检查一遍。"),
+    ("o", "output", "文件", "把结果写入指定的文件，而不是输出到标准输出。如果这个文件已经存在，它原来的内容会被覆盖。"),
+    ("p", "port", "端口", "连接到远程主机上的指定端口。默认的端口取决于所使用的协议。"),
+    ("q", "quiet", "", "安静模式：除了错误信息以外，不输出任何内容。"),
+    ("r", "recursive", "", "递归地处理目录，也就是说，目录中的子目录和它们的内容也会被一并处理。"),
+    ("s", "size", "大小", "设置缓冲区的大小。大小后面可以带有 K、M 或 G 等单位。"),
+    ("t", "timeout", "秒数", "设置等待响应的最长时间。超过这个时间仍然没有响应，{prog} 就会放弃并报告错误。"),
+    ("u", "user", "用户名", "以指定用户的身份执行操作。通常只有超级用户才能使用这个选项。"),
+    ("v", "verbose", "", "显示详细的处理过程，每处理一个{obj}都会输出一行说明。"),
+    ("V", "version", "", "显示版本信息，然后退出。"),
+    ("w", "wait", "", "等到操作全部完成之后再返回，而不是在开始以后立即返回。"),
+    ("x", "one-file-system", "", "只在当前的文件系统内操作，不进入挂载在其他文件系统上的目录。"),
+    ("z", "compress", "", "在传输过程中压缩数据。网络比较慢的时候，这样做往往可以明显缩短所需的时间。"),
+    ("C", "directory", "目录", "在执行任何操作之前，先切换到指定的目录。"),
+    ("L", "dereference", "", "跟随符号链接，处理链接所指向的{obj}，而不是链接本身。"),
+    ("N", "no-clobber", "", "不覆盖已经存在的{obj}。"),
+    ("P", "progress", "", "在处理过程中显示进度，可以直观地看到已经完成的比例。"),
+    ("R", "reverse", "", "按照相反的顺序排列输出的结果。"),
+    ("S", "sort", "字段", "按照指定的字段对结果进行排序，可以使用的字段有名称、大小和时间。"),
+    ("T", "threads", "数量", "设置同时工作的线程数，默认值等于处理器的核心数。"),
+    ("", "color", "何时", "控制是否用不同的颜色区分各种类型的输出，可以取 always、never 或 auto 三个值中的一个。"),
+    ("", "log-file", "文件", "把日志写入指定的文件。如果没有指定，日志会发送给系统的日志服务。"),
+    ("", "no-preserve-root", "", "不对根目录做特殊处理。除非完全清楚这样做的后果，否则不要使用这个选项。"),
+    ("", "since", "日期", "只处理在指定日期之后修改过的{obj}，日期的格式可以是 YYYY-MM-DD。"),
+    ("", "limit", "数量", "最多处理指定数量的{obj}，达到这个数量以后就停止。"),
+    ("", "ignore-errors", "", "遇到错误时不退出，而是跳过出错的{obj}，继续处理剩下的部分。"),
+)
+ZH_MAN_OPTION_NOTES = (
+    "这个选项可以和 {opt} 同时使用。", "这是默认的行为。", "如果同时指定了 {opt}，则以后出现的那个为准。",
+    "这个选项对目录不起作用。", "注意，这个选项会覆盖配置文件中的相应设置。", "从 {ver} 版开始才提供这个选项。",
+    "具体的用法请参阅下面的示例。", "在脚本中使用时，建议写出完整的长选项，这样更容易读懂。",
+)
+ZH_MAN_DESC = (
+    "如果没有给出{zharg}，{prog} 会从标准输入读取数据，并把结果写到标准输出。",
+    "默认情况下，{prog} 只处理当前目录中的{obj}；如果需要处理子目录，请使用 {opt} 选项。",
+    "{prog} 启动时会先读取配置文件 {path}，然后再解析命令行上的选项，因此命令行上的设置优先于配置文件。",
+    "在处理大量{obj}时，建议先用 {opt} 预览结果，确认无误之后再正式执行。",
+    "本程序基本遵循 POSIX 标准，同时也提供了一些常用的扩展功能。",
+    "每处理完一个{obj}，{prog} 都会检查它是否完整，并在发现问题时给出警告。",
+    "普通用户只能操作属于自己的{obj}，超级用户则没有这个限制。",
+    "{prog} 的输出格式在不同的版本之间可能略有差别，所以不建议在脚本中依赖具体的输出内容。",
+    "选项和{zharg}可以按任意的顺序出现；如果某个{zharg}以短横线开头，可以在它前面加上 -- 来结束选项列表。",
+    "当{obj}的数量很多时，{prog} 会把它们分成几批来处理，以免占用过多的内存。",
+    "出于安全方面的考虑，{prog} 不会跟随指向其他文件系统的符号链接，除非用户明确要求它这样做。",
+    "这个程序最初是为{person}编写的，后来逐渐成为大多数发行版的标准组件。",
+    "环境变量 {env} 可以改变 {prog} 的默认行为，详见下文。",
+    "{prog} 把运行中遇到的问题记录在 {path} 中，排查故障时可以先查看这个文件。",
+    "与早期的版本相比，现在的 {prog} 处理{obj}的速度快了很多，占用的内存也更少。",
+    "如果{obj}的名字中含有空格或其他特殊字符，需要用引号把它括起来，否则 shell 会把它拆成几个参数。",
+)
+ZH_MAN_EXIT = (
+    "{prog} 在成功时返回 0，出错时返回一个非零值。",
+    "返回值为 0 表示一切正常，1 表示命令行参数有误，2 表示处理过程中发生了严重的错误。",
+    "如果所有的{obj}都处理成功，退出状态为 0；只要有一个{obj}处理失败，退出状态就是 1。",
+)
+ZH_MAN_FILES = ("{prog} 的全局配置文件。", "每个用户自己的配置文件，其中的设置优先于全局配置。",
+                "{prog} 的日志文件。", "{prog} 保存运行状态的目录。")
+ZH_MAN_PATHS = ("/etc/{prog}.conf", "~/.{prog}rc", "/var/log/{prog}.log", "/var/lib/{prog}/", "/etc/default/{prog}")
+ZH_MAN_ENV = ("{PROG}_OPTIONS", "LANG", "TMPDIR", "HOME", "TZ", "{PROG}_CONFIG")
+ZH_MAN_ENV_TEXT = ("如果设置了这个变量，它的值会被当作额外的命令行选项，放在其他选项之前处理。",
+                   "决定输出信息所使用的语言和字符编码。", "临时文件存放的目录，默认是 /tmp。",
+                   "指定配置文件的位置，用来代替默认的 {path}。")
+ZH_MAN_ARGS = ("data.txt", "/home/user/docs", "backup.tar.gz", "example.com", "'*.log'", "src/", "report.csv",
+               "/dev/sdb1", "notes.md", "/var/www")
+ZH_MAN_AUTHOR = ("{prog} 最初由 {name_en} 编写，后来由许多志愿者共同维护。", "本手册页由 {name} 翻译，并根据最新的版本做了校订。",
+                 "{prog} 由 {name_en} 和其他贡献者编写。中文版由 {name} 翻译。")
+ZH_MAN_BUGS = ("处理非常大的{obj}时，{prog} 可能会占用较多的内存。", "目前还不支持某些较老的文件系统。",
+               "{opt} 和 {opt2} 同时使用时的行为尚未完全确定，请尽量避免这种用法。")
+# (NAME, SYNOPSIS, DESCRIPTION, OPTIONS, EXAMPLES, EXIT STATUS, FILES, ENVIRONMENT, SEE ALSO, AUTHOR, BUGS)
+ZH_MAN_HEADINGS = (
+    ("名称", "概述", "描述", "选项", "示例", "退出状态", "文件", "环境变量", "参见", "作者", "缺陷"),
+    ("名称", "总览", "说明", "选项", "范例", "返回值", "相关文件", "环境", "另见", "作者", "已知问题"),
+    ("名称（NAME）", "总览（SYNOPSIS）", "描述（DESCRIPTION）", "选项（OPTIONS）", "示例（EXAMPLES）",
+     "退出状态（EXIT STATUS）", "文件（FILES）", "环境变量（ENVIRONMENT）", "参见（SEE ALSO）", "作者（AUTHOR）",
+     "缺陷（BUGS）"),
+    ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXAMPLES", "EXIT STATUS", "FILES", "ENVIRONMENT", "SEE ALSO",
+     "AUTHOR", "BUGS"),
+)
+ZH_MAN_TITLES = {1: ("用户命令", "User Commands", "General Commands Manual"),
+                 8: ("系统管理命令", "System Manager's Manual", "System Administration")}
+ZH_OPTION_ARGS = {"文件": "FILE", "端口": "PORT", "大小": "SIZE", "秒数": "SECONDS", "用户名": "USER", "目录": "DIR",
+                  "字段": "KEY", "数量": "N", "何时": "WHEN", "日期": "DATE", "模式": "PATTERN"}
+# Quotes and sayings. English: template aphorisms, sentences of the prose pool, lines of the Zen of
+# Python put into frames with function words; Chinese: own sayings and couplets.
+EN_APHORISMS = (
+    "Every {noun} is a {noun} that nobody has {past} yet.",
+    "Never {verb} a {noun} that you cannot {verb} yourself.",
+    "If you want to {verb} the {noun}, first learn to {verb} the {noun}.",
+    "The {noun} you {verb} today is the {noun} you will have to {verb} tomorrow.",
+    "A {adj} {noun} is worth more than a {adj} {noun}.",
+    "Those who {verb} the {noun} are {adv} the last to {verb} it.",
+    "It takes {num} years to {verb} a {noun} and one {weekday} to lose it.",
+    "Nothing is as {adj} as a {noun} that has been {past} twice.",
+    "The best way to {verb} a {noun} is to {verb} it with a {noun}.",
+    "Do not {verb} the {noun} before you have {past} the {noun}.",
+    "A {noun} without a {noun} is only half of a {noun}.",
+    "When in doubt, {verb} the {noun}; when certain, {verb} it again.",
+    "There is no {noun} so {adj} that it cannot be {past} by a {adj} {noun}.",
+    "Half of every {noun} is {past} before the {noun} has even begun.",
+    "You can {verb} a {noun}, but you cannot make it {verb} the {noun}.",
+    "The {adj} {noun} and the {adj} {noun} are rarely the same thing.",
+    "Everyone wants to {verb} the {noun}, but nobody wants to {verb} the {noun}.",
+    "Some {nouns} are {past}, some are {past}, and a few are {past} with care.",
+    "Give a {noun} enough {nouns} and it will {verb} the whole {noun}.",
+    "The trouble with a {adj} {noun} is that it always looks {adj} from the {noun}.",
+    "Be kind to the {noun} on your way up; you will meet it again on your way down.",
+    "Any {noun} that can be {past} will be {past} at the worst possible moment.",
+    "Experience is what you get when you {verb} the {noun} instead of the {noun}.",
+    "I have never met a {noun} that did not want to {verb} a {noun}.",
+)
+ZEN_FRAMES = ("Remember that {a} and that {b}", "The first rule of the {noun} is that {a}; the second is that {b}",
+              "My teacher had two rules for every {noun}: {a} and {b}", "{A}, and {b}; that is all there is to it.")
+QUOTE_SOURCES_EN = {"template": 0.55, "prose": 0.4, "zen": 0.05}
+QUOTE_ATTRIBUTION_EN = ("\n    -- {name}", "\n\t\t-- {name}", '\n\t\t-- {name}, "{work}"',
+                        "\n    -- {name} ({born}-{died})",
+                        "\n    -- from the {module} documentation")
+EN_WORKS = ("The {Adj} {Noun}", "Notes on the {Noun}", "Letters to a {Adj} {Noun}", "{Noun} and {Noun}",
+            "A Short History of the {Noun}", "On {Nouns}")
+ZH_SAYINGS = (
+    "与其{regret}，不如{act}。", "{nature}不言，{lesson}。", "一个人若没有{virtue}，{consequence}。",
+    "读书好比{journey}，{lesson}。", "{nature}年年相似，看{nature2}的人却年年不同。", "少年时{act}，老来{reward}。",
+    "{virtue}是一切{thing}的开始，{virtue2}是一切{thing}的保障。", "做事要像{nature}一样，{lesson}。",
+    "别人{act}的时候，你也在{act}，这就够了。", "{lesson}；{lesson2}。", "不怕走得慢，只怕{regret}。",
+    "{virtue}的人看得见{nature}，{virtue2}的人听得见{nature2}。", "今天{act}，明天便不必{regret}。",
+)
+ZH_REGRETS = ("抱怨天气", "羡慕别人", "空想未来", "埋怨过去", "坐等机会", "反复犹豫", "原地观望", "半途而废")
+ZH_QUOTE_ACTS = ("早一点出发", "静下心来读书", "把手头的事做好", "多听少说", "亲自去看一看", "从小事做起", "把话说清楚",
+                 "按时休息", "多走一步", "先把根扎稳")
+ZH_VIRTUES = ("耐心", "诚实", "谦虚", "勤奋", "宽容", "节俭", "专注", "坚持", "沉静", "好奇")
+ZH_LESSONS = ("急于求成的人往往一无所获", "真正的学问都是一点一点积累起来的", "看得远的人不在乎一时的得失",
+              "肯低头的人才能看清脚下的路", "最难的往往是第一步", "时间自然会给出答案", "路是一步一步走出来的",
+              "心里安静了，外面的声音也就小了", "能把小事做好的人，大事也不会做得太差", "走得再远，也不要忘了来时的路")
+ZH_CONSEQUENCES = ("再多的才华也难以长久", "做事就容易半途而废", "朋友也会渐渐远去", "再好的机会也会错过",
+                   "学到的东西终究留不住")
+ZH_REWARDS = ("便不会后悔", "自然心安", "方知其中的滋味", "才懂得珍惜", "也能笑着回头看")
+ZH_JOURNEYS = ("登山", "远行", "种树", "酿酒", "织布", "行船")
+ZH_QUOTE_THINGS = ("学问", "事业", "友谊", "手艺", "修养")
+ZH_QUOTE_TITLES = ("", "吟", "怀古", "夜泊", "送别", "随笔", "杂记", "札记", "答客问", "小集")
+ZH_PEN_NAMES = ("佚名", "无名氏", "山人", "居士", "老圃", "渔父")
+# Documentation pages: headings, titles, labels of the navigation in the pages' languages.
+EN_DOC_HEADINGS = ("Overview", "Introduction", "Basic usage", "Details", "Notes", "Background", "Examples",
+                   "Performance", "Caveats", "Configuration", "Thread safety", "Compatibility", "Error handling",
+                   "Design", "Limitations", "Advanced usage", "Implementation notes", "Functions", "Reference",
+                   "Module contents", "Common patterns", "Migration guide", "Tutorial", "Glossary")
+EN_DOC_TITLES = ("API reference", "Functions", "Reference", "User guide", "Module reference", "Utilities")
+ZH_DOC_HEADINGS = ("概述", "简介", "安装", "快速入门", "基本用法", "配置", "进阶用法", "常见问题", "注意事项", "示例",
+                   "性能", "兼容性", "错误处理", "设计思路", "限制", "参考", "术语表", "迁移指南")
+DOC_LABELS = {  # related bar, sidebar and footer of a Sphinx page; navigation of a DocBook page
+    "en": dict(index="index", modules="modules", next="next", previous="previous", navigation="Navigation",
+               documentation="documentation", toc="Table of Contents", prev_topic="Previous topic",
+               next_topic="Next topic", this_page="This Page", show_source="Show Source",
+               search="Quick search", go="Go", copyright="Copyright", created="Created using",
+               permalink="Link to this heading", definition="Link to this definition", parameters="Parameters",
+               returns="Returns", examples="Examples", see_also="See also", prev_short="Prev", up="Up",
+               next_short="Next", home="Home", chapter="Chapter"),
+    "zh_CN": dict(index="索引", modules="模块", next="下一页", previous="上一页", navigation="导航",
+                  documentation="文档", toc="目录", prev_topic="上一主题", next_topic="下一主题", this_page="本页",
+                  show_source="显示源代码", search="快速搜索", go="转向", copyright="版权所有", created="由",
+                  permalink="链接到标题", definition="链接到定义", parameters="参数", returns="返回",
+                  examples="示例", see_also="参见", prev_short="上一页", up="上一级", next_short="下一页",
+                  home="起始页", chapter="章"),
+}
+SPHINX_THEMES = ("classic", "pydoctheme", "nature", "sphinxdoc", "haiku", "basic")
+# Simplified -> Traditional (Taiwan) for the zh_TW variants of the templated Chinese text: words first
+# (Taiwan usage), then characters. Covers the characters of the templates and word lists only.
+S2T_PHRASES = {
+    "配置文件": "設定檔", "日志文件": "日誌檔", "备份文件": "備份檔", "数据文件": "資料檔", "字体文件": "字型檔",
+    "说明文档": "說明文件", "文件名": "檔名", "文件": "檔案", "软件包": "套件", "软件": "軟體", "程序": "程式",
+    "网络": "網路", "默认": "預設", "信息": "資訊", "服务器": "伺服器", "数据库": "資料庫", "数据结构": "資料結構",
+    "数据": "資料", "用户": "使用者", "内存": "記憶體", "命令行": "命令列", "支持": "支援", "设置": "設定",
+    "配置": "設定", "运行": "執行", "文本": "文字", "磁盘": "磁碟", "缓存": "快取", "插件": "外掛程式",
+    "线程": "執行緒", "进程": "行程", "源代码": "原始碼", "代码": "程式碼", "字符": "字元", "字节": "位元組",
+    "复制": "複製", "重复": "重複", "反复": "反覆", "万里": "萬里", "下游": "下游", "划船": "划船", "关系": "關係",
+    "联系": "聯繫", "合并": "合併", "计划": "計劃", "登录": "登入", "链接": "連結", "模块": "模組", "变量": "變數",
+    "函数": "函式", "算法": "演算法", "项目": "專案", "套接字": "通訊端", "镜像": "映像", "仓库": "儲存庫",
+    "证书": "憑證", "字体": "字型", "日志": "日誌", "并发": "並行",
+    "文档": "文件", "搜索": "搜尋",
+}
+S2T_CHARS = str.maketrans(
+    "万与业东丢两个临为丽举么义乐习乡书于云仅从仓们众会传体余兰关内写农决况准几创删别务动区医协单卫却卷历压厦厨"
+    "参发变叶号后听启员响团园围图场坏块墙声处备复够学实审宽对导将尔尝尽届属岛师带帮并广庆库应开异弃张弯强归当"
+    "录忆态惯愿戏户托执扬护报担拟挂损换据摄数断无旧时显暂术机杂权条来构标样档桥梦检楼残气汉没测济浏涛渔游满滨"
+    "灯点烟热爱状独环现电盖盘着码础确种称稳筑筝纸线练细终绍经结绕给络绝统绣继续维绵缀缓编缩网联脚艺节苏范获萨"
+    "虚装观规览觉触计认让议记讲许设访证识译试话询详语误说请读谁负责败资赏赖转轮软轻载较辑输边达迁过运还这进远"
+    "连选递遥采释里钓钟钥链销锁错镜长门问间闹闻阅队阳际随隐难静页顶项须预题风饮馆验骤鱼鸟鸦黄占则办怀"
+    "专严亲优俭养册冲华坚头奋废总扩树横渐犹献积笔简类级组织羡虑补见订词诚调谊谦贡邻酿阶顺颜额",
+    "萬與業東丟兩個臨為麗舉麼義樂習鄉書於雲僅從倉們眾會傳體餘蘭關內寫農決況準幾創刪別務動區醫協單衛卻捲歷壓廈廚"
+    "參發變葉號後聽啟員響團園圍圖場壞塊牆聲處備復夠學實審寬對導將爾嘗盡屆屬島師帶幫並廣慶庫應開異棄張彎強歸當"
+    "錄憶態慣願戲戶託執揚護報擔擬掛損換據攝數斷無舊時顯暫術機雜權條來構標樣檔橋夢檢樓殘氣漢沒測濟瀏濤漁遊滿濱"
+    "燈點煙熱愛狀獨環現電蓋盤著碼礎確種稱穩築箏紙線練細終紹經結繞給絡絕統繡繼續維綿綴緩編縮網聯腳藝節蘇範獲薩"
+    "虛裝觀規覽覺觸計認讓議記講許設訪證識譯試話詢詳語誤說請讀誰負責敗資賞賴轉輪軟輕載較輯輸邊達遷過運還這進遠"
+    "連選遞遙採釋裡釣鐘鑰鏈銷鎖錯鏡長門問間鬧聞閱隊陽際隨隱難靜頁頂項須預題風飲館驗驟魚鳥鴉黃佔則辦懷"
+    "專嚴親優儉養冊衝華堅頭奮廢總擴樹橫漸猶獻積筆簡類級組織羨慮補見訂詞誠調誼謙貢鄰釀階順顏額")
+S2T_SPLIT = re.compile("(" + "|".join(sorted(S2T_PHRASES, key=len, reverse=True)) + ")")
 SYMBOL_RUNS = ("★★★★★", ">>>>>>", "!!!!!!!!", "=====", "~~~~~~~~", "#####", "******", "........", "<<<>>>")
 CONTROL = ("\x00", "\x07", "\x08", "\x0b", "\x0c", "\x0e", "\x1b", "\x7f", "\u200b", "\ufeff")
 BAD_BYTES = (b"\xff\xfe", b"\xc3\x28", b"\xe4\xb8", b"\x80\x81", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80")
@@ -231,6 +776,21 @@ DOC_LITERAL = re.compile(r"``([^`]+)``|(?<![\w`])`([^`<]+?)\s*(?:<[^>]*>)?`_{0,2
 DOC_CITATION = re.compile(r"\s*\[[\w#-]+\]_")
 NON_WORD = re.compile(r"[\W_]+")
 PROSE_END = re.compile(r"[.!?][)\"'”]?$")
+# API docs (man pages, documentation pages): docstring sections by name, and the items of a section.
+API_SECTIONS = {"Parameters": "params", "Params": "params", "Arguments": "params", "Args": "params",
+                "Other Parameters": "params", "Keyword Arguments": "params", "Returns": "returns",
+                "Return": "returns", "Yields": "returns", "Yield": "returns", "See Also": "see", "See also": "see",
+                "Examples": "examples", "Example": "examples", "Usage": "examples", "Notes": "notes", "Note": "notes"}
+ITEM_NUMPY = re.compile(r"\*{0,2}(\w+)\s+:\s*(.*)")  # "axis : int, optional"
+ITEM_GOOGLE = re.compile(r"\*{0,2}(\w+)\*{0,2}\s*(?:\(([^)]*)\))?:\s+(\S.*)")  # "axis (int): The axis."
+ITEM_BARE = re.compile(r"\*{0,2}(\w+)")  # "axis"
+DOC_EMPHASIS = re.compile(r"(?<!\w)\*{1,2}([^*\s](?:[^*]*[^*\s])?)\*{1,2}(?!\w)")  # *word*, **word**
+SIGNATURE_LINE = re.compile(r"[\w.]+\(.*\)(?:\s*->.*)?")
+API_MARKUP = re.compile(r"[{}|]|\$|\w\(\w*\)\s*=")  # sets, tables, math, formulas
+API_EVERY = 2  # one documented function in API_EVERY (by a hash of its name) is a candidate API doc
+MIN_API_PARAMS = 2
+MAX_API_PARAMS = 10
+MIN_NEW_API_TRIGRAMS = 0.5
 PAGE = string.Template("""<!DOCTYPE html>
 <html lang="$lang">
 <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -255,6 +815,139 @@ $body
 <p class="cookie">We use cookies to improve your experience. <a href="/privacy">Privacy&nbsp;policy</a></p></footer>
 <script src="/static/app.js?v=$ua" defer></script>
 </body></html>
+""")
+# A Sphinx page (basic/classic themes): navigation in div.related and div.sphinxsidebar, a footer div.
+SPHINX_PAGE = string.Template("""<!DOCTYPE html>
+
+<html lang="$lang" data-content_root="../">
+  <head>
+    <meta charset="utf-8" />
+    <meta name="viewport" content="width=device-width, initial-scale=1.0" />\
+<meta name="viewport" content="width=device-width, initial-scale=1" />
+
+    <title>$title &#8212; $project $version $documentation</title>
+    <link rel="stylesheet" type="text/css" href="../_static/pygments.css?v=$hash" />
+    <link rel="stylesheet" type="text/css" href="../_static/$theme.css?v=$hash" />
+    <script src="../_static/documentation_options.js?v=$hash"></script>
+    <script src="../_static/doctools.js?v=$hash"></script>
+    <script src="../_static/sphinx_highlight.js?v=$hash"></script>
+    <link rel="index" title="$index" href="../genindex.html" />
+    <link rel="search" title="$search" href="../search.html" />
+    <link rel="next" title="$next_title" href="$next_href" />
+    <link rel="prev" title="$prev_title" href="$prev_href" />
+  </head><body>
+$related
+    <div class="document">
+      <div class="documentwrapper">
+        <div class="bodywrapper">
+          <div class="body" role="main">
+
+  <section id="$anchor">
+<h1>$title<a class="headerlink" href="#$anchor" title="$permalink">¶</a></h1>
+$body
+</section>
+
+
+            <div class="clearer"></div>
+          </div>
+        </div>
+      </div>
+      <div class="sphinxsidebar" role="navigation" aria-label="main navigation">
+        <div class="sphinxsidebarwrapper">
+  <div>
+    <h3><a href="../contents.html">$toc</a></h3>
+    <ul>
+<li><a class="reference internal" href="#">$title</a><ul>
+$toc_items
+</ul>
+</li>
+</ul>
+
+  </div>
+  <div>
+    <h4>$prev_topic</h4>
+    <p class="topless"><a href="$prev_href"
+                          title="previous chapter">$prev_title</a></p>
+  </div>
+  <div>
+    <h4>$next_topic</h4>
+    <p class="topless"><a href="$next_href"
+                          title="next chapter">$next_title</a></p>
+  </div>
+  <div role="note" aria-label="source link">
+    <h3>$this_page</h3>
+    <ul class="this-page-menu">
+      <li><a href="../_sources/$source.rst.txt"
+            rel="nofollow">$show_source</a></li>
+    </ul>
+   </div>
+<search id="searchbox" style="display: none" role="search">
+    <h3 id="searchlabel">$search</h3>
+    <div class="searchformwrapper">
+    <form class="search" action="../search.html" method="get">
+      <input type="text" name="q" aria-labelledby="searchlabel" autocomplete="off" autocorrect="off" \
+autocapitalize="off" spellcheck="false"/>
+      <input type="submit" value="$go" />
+    </form>
+    </div>
+</search>
+<script>document.getElementById('searchbox').style.display = "block"</script>
+        </div>
+      </div>
+      <div class="clearer"></div>
+    </div>
+$related
+    <div class="footer" role="contentinfo">
+    &#169; $copyright $years, $authors.
+      $created <a href="https://www.sphinx-doc.org/">Sphinx</a> $sphinx_version$created_after
+    </div>
+  </body>
+</html>
+""")
+SPHINX_RELATED = string.Template("""    <div class="related" role="navigation" aria-label="related navigation">
+      <h3>$navigation</h3>
+      <ul>
+        <li class="right" style="margin-right: 10px">
+          <a href="../genindex.html" title="General Index"
+             accesskey="I">$index</a></li>
+        <li class="right" >
+          <a href="../py-modindex.html" title="Python Module Index"
+             >$modules</a> |</li>
+        <li class="right" >
+          <a href="$next_href" title="$next_title"
+             accesskey="N">$next</a> |</li>
+        <li class="right" >
+          <a href="$prev_href" title="$prev_title"
+             accesskey="P">$previous</a> |</li>
+        <li class="nav-item nav-item-0"><a href="../index.html">$project $version $documentation</a> &#187;</li>
+        <li class="nav-item nav-item-1"><a href="index.html" accesskey="U">$section</a> &#187;</li>
+        <li class="nav-item nav-item-this"><a href="">$title</a></li>
+      </ul>
+    </div>""")
+# A chunk of a DocBook XSL book: navigation tables at the top and bottom, which `clean` keeps as text.
+DOCBOOK_PAGE = string.Template("""<?xml version="1.0" encoding="UTF-8" standalone="no"?>
+<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" \
+"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\
+<html xmlns="http://www.w3.org/1999/xhtml" lang="$lang"><head>\
+<meta http-equiv="Content-Type" content="text/html; charset=UTF-8" /><title>$num. $title</title>\
+<link rel="stylesheet" type="text/css" href="docbook.css" />\
+<meta name="generator" content="DocBook XSL Stylesheets V1.79.2" />\
+<link rel="home" href="index.html" title="$book" /><link rel="up" href="$up_href" title="$chapter_title" />\
+<link rel="prev" href="$prev_href" title="$prev_title" /><link rel="next" href="$next_href" title="$next_title" />\
+</head><body><div class="navheader">\
+<table width="100%" summary="Navigation header"><tr><th colspan="3" align="center">$num. $title</th></tr><tr>\
+<td width="20%" align="left"><a accesskey="p" href="$prev_href">$prev_short</a> </td>\
+<th width="60%" align="center">$chapter_title</th><td width="20%" align="right"> \
+<a accesskey="n" href="$next_href">$next_short</a></td></tr></table><hr /></div><div class="section">\
+<div class="titlepage"><div><div>\
+<h2 class="title" style="clear: both"><a id="$anchor"></a>$num. $title</h2></div></div></div>\
+$body</div><div class="navfooter"><hr /><table width="100%" summary="Navigation footer"><tr>\
+<td width="40%" align="left"><a accesskey="p" href="$prev_href">$prev_short</a> </td>\
+<td width="20%" align="center"><a accesskey="u" href="$up_href">$up</a></td><td width="40%" align="right"> \
+<a accesskey="n" href="$next_href">$next_short</a></td></tr><tr>\
+<td width="40%" align="left" valign="top">$prev_title </td><td width="20%" align="center">\
+<a accesskey="h" href="index.html">$home</a></td><td width="40%" align="right" valign="top"> $next_title</td></tr>\
+</table></div></body></html>
 """)
 
 
@@ -291,10 +984,10 @@ def _dumps(obj: Any) -> str:
     return s
 
 
-def _doc_objects(mod: Any) -> Iterator[Any]:
-    """The module, its public classes and functions (sorted by name) and the public methods of those
-    classes that its own package defines."""
-    yield mod
+def _doc_objects(mod: Any) -> Iterator[tuple[str, Any]]:
+    """(dotted name, object) for the module, its public classes and functions (sorted by name) and the
+    public methods of those classes that its own package defines."""
+    yield mod.__name__, mod
     package = mod.__name__.split(".")[0]
     for name in sorted(dir(mod)):
         if name.startswith("_"):
@@ -302,11 +995,11 @@ def _doc_objects(mod: Any) -> Iterator[Any]:
         obj = getattr(mod, name, None)
         if not (inspect.isclass(obj) or inspect.isroutine(obj)):
             continue
-        yield obj
+        yield f"{mod.__name__}.{name}", obj
         if inspect.isclass(obj) and str(getattr(obj, "__module__", "")).split(".")[0] == package:
             for attr in sorted(vars(obj)):
                 if not attr.startswith("_") and inspect.isroutine(member := getattr(obj, attr, None)):
-                    yield member
+                    yield f"{mod.__name__}.{name}.{attr}", member
 
 
 def _unmark(text: str) -> str:
@@ -402,11 +1095,12 @@ def _pack(groups: Iterable[list[str]], rng: random.Random) -> list[str]:
     return articles
 
 
-def _module_docs(name: str) -> list[str]:
-    """The docstrings of a module and its public members; none if it fails to import (then the corpus
-    differs from the one built where it imports, so list only modules pinned and importable)."""
+def _module_docs(name: str) -> list[tuple[str, Any, str]]:
+    """(dotted name, object, docstring) for a module and its public members; none if it fails to import
+    (then the corpus differs from the one built where it imports, so list only modules pinned and
+    importable)."""
     try:
-        return [inspect.getdoc(obj) or "" for obj in _doc_objects(importlib.import_module(name))]
+        return [(qual, obj, inspect.getdoc(obj) or "") for qual, obj in _doc_objects(importlib.import_module(name))]
     except Exception as exc:  # noqa: BLE001 - whatever goes wrong, the module is just not a source
         log.debug("demo corpus: skipping module %s: %r", name, exc)
         return []
@@ -438,12 +1132,153 @@ def _trigrams(text: str) -> set[str]:
     return {" ".join(words[i:i + 3]) for i in range(max(1, len(words) - 2))}
 
 
+@dataclass(frozen=True)
+class ApiDoc:
+    """A documented function or method, parsed from its numpy- or Google-style docstring: the raw
+    material of the man pages and of the API entries of the documentation pages."""
+    name: str  # dotted: module.function or module.Class.method
+    summary: str
+    description: tuple[str, ...]  # prose paragraphs (extended summary and notes)
+    params: tuple[tuple[str, str, str], ...]  # (name, type, description)
+    returns: str  # description of the (first) return value, or ""
+    see_also: tuple[str, ...]  # names
+    example: str  # the first doctest block, or ""
+    signature: tuple[str, ...] | None  # "name=default" per parameter; None when it has none to show
+
+
+def _doc_sections(doc: str) -> dict[str, list[str]]:
+    """The lines of each section of a numpy- or Google-style docstring: "" holds the text before the
+    first heading (and after a Google section), other keys are the API_SECTIONS names ("other" for any
+    other heading)."""
+    out: dict[str, list[str]] = {"": []}
+    lines = doc.split("\n")
+    section, google, i = "", False, 0
+    while i < len(lines):
+        line, stripped = lines[i], lines[i].strip()
+        following = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if stripped and not line[:1].isspace():
+            head = DOC_SECTION.fullmatch(stripped)
+            if UNDERLINE.fullmatch(following) and not UNDERLINE.fullmatch(stripped):  # numpy-style heading
+                section, google = API_SECTIONS.get(head[1], "other") if head else "other", False
+                out.setdefault(section, [])
+                i += 2
+                continue
+            if head and stripped.endswith(":"):  # Google-style "Args:"
+                section, google = API_SECTIONS.get(head[1], "other"), True
+                out.setdefault(section, [])
+                i += 1
+                continue
+            if google:  # a Google section ends at the next line that is not indented
+                section, google = "", False
+        out[section].append(line)
+        i += 1
+    return out
+
+
+def _paragraphs(lines: list[str]) -> list[list[str]]:
+    paras: list[list[str]] = [[]]
+    for line in lines:
+        if line.strip():
+            paras[-1].append(line)
+        elif paras[-1]:
+            paras.append([])
+    return [para for para in paras if para]
+
+
+def _api_text(lines: list[str], min_chars: int) -> str:
+    """One paragraph as plain running text, or "" when it is code, math, a directive or too short."""
+    if lines[0][:1].isspace() or any(line.lstrip().startswith(("..", ">>>", ":")) for line in lines):
+        return ""
+    text = DOC_EMPHASIS.sub(r"\1", _unmark(" ".join(line.strip() for line in lines)))
+    if (len(text) < min_chars or "::" in text or "\\" in text or not text[0].isalpha()
+            or not PROSE_END.search(text) or API_MARKUP.search(text)):
+        return ""
+    return text
+
+
+def _api_items(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(name, type, description) of the items of a Parameters/Returns section, numpy style ("name :
+    type" and an indented description) or Google style ("name (type): description"); the description
+    is the first paragraph, in plain text, or "" where that is not running text."""
+    items: list[list[Any]] = []
+    for line in textwrap.dedent("\n".join(lines)).split("\n"):
+        stripped = line.strip()
+        if not stripped:
+            if items:
+                items[-1][3] = True  # a blank line ends the first paragraph of the description
+            continue
+        if not line[:1].isspace():
+            if m := ITEM_NUMPY.fullmatch(stripped):
+                items.append([m[1], m[2], [], False])
+            elif m := ITEM_GOOGLE.fullmatch(stripped):
+                items.append([m[1], m[2] or "", [m[3]], False])
+                if not m[2] and len(m[3]) < 50 and not PROSE_END.search(m[3]):  # "name: type", numpy-like
+                    items[-1][1:3] = [m[3], []]
+            elif m := ITEM_BARE.fullmatch(stripped):
+                items.append([m[1], "", [], False])
+            else:
+                items.append(["", "", [], True])  # several names, or not an item: skipped
+        elif items and not items[-1][3]:
+            items[-1][2].append(stripped)
+    out = []
+    for name, typ, desc, _ in items:
+        text = _api_text(desc, 12) if desc else ""
+        out.append((name, _unmark(typ).strip(), text))
+    return out
+
+
+def _signature(obj: Any, params: list[str]) -> tuple[str, ...] | None:
+    """The documented parameters as the signature shows them ("axis=None"), None where it is unknown
+    or shows something that changes between runs (an object's address)."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    shown = {name: str(p) for name, p in sig.parameters.items()}
+    out = tuple(shown.get(name, name) for name in params)
+    if any(" at 0x" in s or len(s) > 60 or "\n" in s for s in out):
+        return None
+    return out
+
+
+def api_doc(name: str, obj: Any, doc: str) -> ApiDoc | None:
+    """The ApiDoc of a function or method whose docstring has a one-sentence summary and at least
+    MIN_API_PARAMS parameters described in running text; None otherwise."""
+    sections = _doc_sections(doc)
+    paras = _paragraphs(sections[""])
+    if paras and SIGNATURE_LINE.fullmatch(" ".join(line.strip() for line in paras[0])):  # compiled code
+        paras = paras[1:]
+    if not paras or not (summary := _api_text(paras[0], 20)) or len(summary) > 200:
+        return None
+    params = [(n, t, d) for n, t, d in _api_items(sections.get("params", []))
+              if n and d and n not in ("self", "cls", "args", "kwargs")][:MAX_API_PARAMS]
+    if len(params) < MIN_API_PARAMS:
+        return None
+    description = [t for para in paras[1:] + _paragraphs(sections.get("notes", [])) if (t := _api_text(para, 40))]
+    returns = next((d for _, _, d in _api_items(sections.get("returns", [])) if d), "")
+    see_also = []
+    for line in textwrap.dedent("\n".join(sections.get("see", []))).split("\n"):
+        if line[:1].isspace():
+            continue
+        for ref in re.split(r"\s*,\s*", _unmark(re.split(r"\s+:|:\s", line)[0]).strip()):
+            if re.fullmatch(r"~?[A-Za-z_][\w.]*", ref) and ref.lstrip("~") not in see_also:
+                see_also.append(ref.lstrip("~"))
+    example: list[str] = []
+    for line in textwrap.dedent("\n".join(sections.get("examples", []))).split("\n"):
+        if line.startswith(">>>") or (example and line.strip()):
+            example.append(line.rstrip())
+        elif example:
+            break
+    if len(example) > 10 or any(len(line) > 90 or " at 0x" in line for line in example):
+        example = []
+    return ApiDoc(name, summary, tuple(description), tuple(params), returns, tuple(see_also[:6]),
+                  "\n".join(example), _signature(obj, [n for n, _, _ in params]))
+
+
 @functools.cache
-def harvest() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(source, prose pieces) for each stdlib module, third-party module and pydoc help topic, in that
-    order: the prose of each docstring of >= MIN_DOCSTRING chars, without the paragraphs that are
-    (nearly) all word 3-grams seen before (boilerplate, templated docs). Cached: it takes a few seconds."""
-    seen: set[str] = set()  # word 3-grams of the paragraphs kept so far
+def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, ...]]:
+    """(prose sources, API docs): see `harvest` and `api_docs`. One pass, so that no text is in both."""
+    seen: set[str] = set()  # word 3-grams of the paragraphs and API docs kept so far
 
     def new_pieces(texts: Iterable[str]) -> tuple[str, ...]:
         pieces = []
@@ -455,16 +1290,44 @@ def harvest() -> tuple[tuple[str, tuple[str, ...]], ...]:
                 seen.update(*(grams for _, grams in paras))
         return tuple(pieces)
 
-    sources = []
+    sources, apis = [], []
     with warnings.catch_warnings():  # deprecated names warn when touched
         warnings.simplefilter("ignore")
         for name in STDLIB_MODULES + PACKAGE_MODULES:
-            docs = (d for d in dict.fromkeys(_module_docs(name))
-                    if len(d) >= MIN_DOCSTRING and "this platform" not in d)  # numpy: per-platform aliases
+            docs = []
+            for qual, obj, doc in _module_docs(name):
+                if len(doc) < MIN_DOCSTRING or "this platform" in doc or doc in docs:  # numpy: per-platform aliases
+                    continue
+                if inspect.isroutine(obj) and xxhash.xxh32_intdigest(qual.encode()) % API_EVERY == 0:
+                    if api := api_doc(qual, obj, doc):  # kept out of the prose either way
+                        grams = _trigrams(" ".join([api.summary, *api.description, *(d for _, _, d in api.params)]))
+                        if len(grams - seen) > len(grams) * MIN_NEW_API_TRIGRAMS:
+                            # without the paragraphs seen before, like the prose (shared notes)
+                            description = tuple(d for d in api.description if len((g := _trigrams(d)) - seen)
+                                                > len(g) * MIN_NEW_TRIGRAMS)
+                            seen.update(grams)
+                            apis.append(dataclasses.replace(api, description=description))
+                        continue
+                docs.append(doc)
             sources.append((name, new_pieces(map(_prose, docs))))
     for key in sorted(PYDOC_TOPICS):
         sources.append((f"pydoc_data.topics:{key}", new_pieces([_prose(PYDOC_TOPICS[key])])))
-    return tuple(sources)
+    return tuple(sources), tuple(apis)
+
+
+def harvest() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(source, prose pieces) for each stdlib module, third-party module and pydoc help topic, in that
+    order: the prose of each docstring of >= MIN_DOCSTRING chars, without the paragraphs that are
+    (nearly) all word 3-grams seen before (boilerplate, templated docs), and without the docstrings
+    that `api_docs` takes. Cached: it takes a few seconds."""
+    return _harvest()[0]
+
+
+def api_docs() -> tuple[ApiDoc, ...]:
+    """Functions and methods documented with parameters (see `api_doc`), one in API_EVERY of those of
+    the harvested modules (by a hash of the name), in module order, without near repeats (more than
+    half of their word 3-grams seen before). Their docstrings are not in `harvest`."""
+    return _harvest()[1]
 
 
 def real_articles(rng: random.Random) -> list[str]:
@@ -473,6 +1336,144 @@ def real_articles(rng: random.Random) -> list[str]:
     articles = _drop_near_duplicates(_pack((list(pieces) for _, pieces in harvest()), rng))
     rng.shuffle(articles)
     return articles
+
+
+def _site_packages() -> list[Path]:
+    """The folders that the installed distributions live in (purelib and platlib; usually one)."""
+    paths = sysconfig.get_paths()
+    return sorted({Path(paths[key]) for key in ("purelib", "platlib")})
+
+
+@functools.cache
+def licence_texts() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(file, paragraphs) for each licence, copyright and notice file (LICENSE*, LICENCE*, COPYING*,
+    NOTICE*) in the *.dist-info folders of the installed distributions, in sorted order. Paragraphs keep
+    their line breaks and indentation; left out are those seen before (whitespace and case aside: many
+    packages ship the same MIT or Apache text), those without a word and those over 3000 chars."""
+    seen: set[str] = set()
+    texts = []
+    for root in _site_packages():
+        for dist in sorted(root.glob("*.dist-info")):
+            for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
+                paras = []
+                for block in re.split(r"\n[ \t]*\n", text):
+                    para = "\n".join(line.rstrip() for line in block.split("\n")).strip("\n")
+                    key = " ".join(para.split()).casefold()
+                    if key in seen or not re.search(r"[A-Za-z]{3}", para) or len(para) > LICENCE_DOC_CHARS[1]:
+                        continue
+                    seen.add(key)
+                    paras.append(para)
+                if paras:
+                    texts.append((str(path.relative_to(root)), tuple(paras)))
+    return tuple(texts)
+
+
+def licence_docs(rng: random.Random) -> list[str]:
+    """Boilerplate documents of real licence text (see `licence_texts`), shuffled: 1-3 consecutive
+    paragraphs of a file, each paragraph used once. A document under 100 chars takes in the next
+    paragraphs, of the next file if need be (so a lone copyright line joins the next licence). Near
+    duplicates are left out, as in `real_articles`."""
+    lo, hi = LICENCE_DOC_CHARS
+    docs: list[str] = []
+    cur: list[str] = []
+    want = rng.choice((1, 1, 1, 2, 2, 3))
+    for _, paras in licence_texts():
+        for para in paras:
+            if cur and sum(map(len, cur)) + len(para) > hi:  # too long to join
+                if sum(map(len, cur)) >= lo:
+                    docs.append("\n\n".join(cur))
+                cur = []  # (a short start is dropped)
+            cur.append(para)
+            if len(cur) >= want and sum(map(len, cur)) >= lo:
+                docs.append("\n\n".join(cur))
+                cur, want = [], rng.choice((1, 1, 1, 2, 2, 3))
+    docs = _drop_near_duplicates(docs)  # e.g. the BSD clauses, which differ in the project's name only
+    rng.shuffle(docs)
+    return docs
+
+
+PO_LINE = re.compile(r'(msgctxt|msgid_plural|msgid|msgstr(?:\[\d+\])?)\s+(".*")')
+PO_ESCAPE = re.compile(r"\\(.)")
+
+
+def _po_string(quoted: str) -> str:
+    return PO_ESCAPE.sub(lambda m: {"n": "\n", "t": "\t", "r": ""}.get(m[1], m[1]), quoted.strip()[1:-1])
+
+
+def po_messages(text: str) -> list[str]:
+    """The translations (msgstr, msgstr[n]) of a gettext .po file, in file order, stripped; not the
+    header, untranslated, fuzzy or obsolete entries."""
+    entries: list[tuple[dict[str, str], bool]] = []
+    entry: dict[str, str] = {}
+    key, fuzzy = None, False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#~"):
+            continue
+        m = PO_LINE.fullmatch(line)
+        if any(k.startswith("msgstr") for k in entry) and (
+                not line or line.startswith("#") or (m and m[1] in ("msgctxt", "msgid"))):
+            entries.append((entry, fuzzy))
+            entry, key, fuzzy = {}, None, False
+        if line.startswith("#,") and "fuzzy" in line:
+            fuzzy = True
+        elif m:
+            key = m[1]
+            entry[key] = _po_string(m[2])
+        elif line.startswith('"') and key:
+            entry[key] += _po_string(line)
+    entries.append((entry, fuzzy))
+    return [v.strip() for e, fz in entries if e.get("msgid") and not fz
+            for k, v in e.items() if k.startswith("msgstr") and v.strip()]
+
+
+@functools.cache
+def po_catalogs() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(file, variant, messages) for each Chinese gettext catalog that installed packages ship
+    (<package>/.../zh*/LC_MESSAGES/*.po), in sorted order: the translations with 2 or more Chinese
+    characters, each once over all catalogs. variant: zh_TW for zh_TW/zh_HK/zh_Hant, else zh_CN."""
+    seen: set[str] = set()
+    catalogs = []
+    for root in _site_packages():
+        paths = sorted({p for pattern in ("*/*/zh*/LC_MESSAGES/*.po", "*/*/*/zh*/LC_MESSAGES/*.po")
+                        for p in root.glob(pattern)})
+        for path in paths:
+            variant = "zh_TW" if re.search(r"zh[_-](TW|HK|MO|Hant)", path.parent.parent.name) else "zh_CN"
+            msgs = [m for m in dict.fromkeys(po_messages(path.read_text(encoding="utf-8", errors="replace")))
+                    if len(CJK_CHAR.findall(m)) >= 2 and m not in seen]
+            seen.update(msgs)
+            if msgs:
+                catalogs.append((str(path.relative_to(root)), variant, tuple(msgs)))
+    return tuple(catalogs)
+
+
+def to_traditional(text: str) -> str:
+    """Taiwan-style Traditional Chinese for the templated text (see S2T_PHRASES, S2T_CHARS)."""
+    parts = S2T_SPLIT.split(text)
+    return "".join(S2T_PHRASES[p] if i % 2 else p.translate(S2T_CHARS) for i, p in enumerate(parts))
+
+
+def semantic_labels(docs: list[Doc], seed: int) -> list[dict[str, Any]]:
+    """Examples for the semantic filter, in stream order: every well-formed, non-duplicate en/zh ad and
+    boilerplate record (drop) and, per language, a sample of 1.5 times as many well-formed,
+    non-duplicate article/html/noisy/long records (keep). `text` is the record's text as written."""
+    rng = random.Random(f"{seed}:semantic_labels")
+    pool = [(i, LOCALES[d.locale][0]) for i, d in enumerate(docs)
+            if d.malformed is None and d.dup_of is None and d.locale and LOCALES[d.locale][0] in SEMANTIC_LANGS]
+    chosen = {i for i, _ in pool if docs[i].kind in SEMANTIC_DROP_KINDS}
+    for lang in SEMANTIC_LANGS:
+        n_drop = sum(1 for i, lg in pool if lg == lang and i in chosen)
+        keep = [i for i, lg in pool if lg == lang and docs[i].kind in SEMANTIC_KEEP_KINDS]
+        chosen.update(rng.sample(keep, min(len(keep), round(SEMANTIC_KEEP_RATIO * n_drop))))
+    rows = []
+    for i in sorted(chosen):
+        d = docs[i]
+        drop = d.kind in SEMANTIC_DROP_KINDS
+        rows.append({"id": d.id, "text": d.text, "lang": LOCALES[d.locale][0], "label": "drop" if drop else "keep",
+                     "category": d.kind if drop else None})
+    return rows
 
 
 def _sentences(paragraph: str) -> list[str]:
@@ -502,6 +1503,153 @@ def jaccard(a: str, b: str, cjk: bool) -> float:
     return len(sa & sb) / max(1, len(sa | sb))
 
 
+def _man_wrap(text: str, indent: int, hanging: int | None = None) -> str:
+    """Text filled to MAN_WIDTH columns at a man page's indentation (7 for sections, 14 for items)."""
+    return textwrap.fill(text, MAN_WIDTH, initial_indent=" " * indent,
+                         subsequent_indent=" " * (indent if hanging is None else hanging),
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _zh_wrap(text: str, indent: int, width: int = MAN_WIDTH) -> str:
+    """Chinese text filled to `width` columns (a CJK character takes two), ASCII words kept whole."""
+    lines, cur, cols = [], "", indent
+    for tok in re.findall(r"[\x21-\x7e]+|\s+|.", text):
+        w = sum(1 if ord(c) < 0x1100 else 2 for c in tok)
+        if cols + w > width and cur.strip() and tok not in ZH_NO_LINE_START:
+            lines.append(cur.rstrip())
+            cur, cols = "", indent
+            if tok.isspace():
+                continue
+        cur += tok
+        cols += w
+    lines.append(cur.rstrip())
+    return "\n".join(" " * indent + line.lstrip() for line in lines if line.strip())
+
+
+def _man_title_line(left: str, centre: str, right: str) -> str:
+    """The header or footer line of a formatted man page: left, centred title, right."""
+    width = sum(1 if ord(c) < 0x1100 else 2 for c in centre)
+    gap = max(2, MAN_WIDTH - len(left) - len(right) - width)
+    return f"{left}{' ' * (gap // 2)}{centre}{' ' * (gap - gap // 2)}{right}"
+
+
+def _metavar(name: str, typ: str) -> str:
+    """The argument of a --option from a documented parameter type ("" for a flag)."""
+    t = typ.lower()
+    if "bool" in t:
+        return ""
+    if t.startswith("{"):
+        choices = re.findall(r"[\w-]+", t.split("}")[0])[:4]
+        return "{" + ",".join(choices) + "}" if choices else "VALUE"
+    for words, meta in (("int", "N"), ("float scalar number", "NUM"), ("str", "STRING"), ("callable function", "FUNC"),
+                        ("path file", "FILE"), ("array list sequence iterable tuple", "LIST"), ("dict mapping", "MAP")):
+        if any(re.match(rf"{w}\b", t) or f" {w}" in t for w in words.split()):
+            return meta
+    return name.upper().replace("_", "-")[:12] or "VALUE"
+
+
+def _slug(text: str, i: int) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug if slug and text.isascii() else f"id{i}"
+
+
+def _code_html(code: str, lang: str) -> str:
+    """A highlighted code block as Sphinx writes it (Pygments spans inside <pre>)."""
+    out = []
+    for tok in re.findall(r"^(?:>>>|\.\.\.|\$) |\w+|\s+|[^\w\s]", code, re.M):
+        if tok in (">>> ", "... ", "$ "):
+            out.append(f'<span class="gp">{html.escape(tok)}</span>')
+        elif tok.isspace():
+            out.append(tok)
+        else:
+            cls = "mi" if tok.isdigit() else "n" if tok[0].isalnum() or tok[0] == "_" else "p"
+            out.append(f'<span class="{cls}">{html.escape(tok)}</span>')
+    return (f'<div class="highlight-{lang} notranslate"><div class="highlight"><pre><span></span>{"".join(out)}\n'
+            "</pre></div>\n</div>")
+
+
+def _api_html(api: ApiDoc, labels: dict[str, str]) -> str:
+    """An API entry of a Sphinx page (autodoc): signature with its "¶" link, description, field list."""
+    esc = html.escape
+    owner, func = api.name.rsplit(".", 1)
+    params = api.signature or tuple(n for n, _, _ in api.params)
+    sig = ", ".join(f'<em class="sig-param"><span class="n"><span class="pre">{esc(p)}</span></span></em>'
+                    for p in params)
+    kind = "method" if owner.rsplit(".", 1)[-1][:1].isupper() else "function"
+    out = [f'<dl class="py {kind}">', f'<dt class="sig sig-object py" id="{esc(api.name)}">',
+           f'<span class="sig-prename descclassname"><span class="pre">{esc(owner)}.</span></span>'
+           f'<span class="sig-name descname"><span class="pre">{esc(func)}</span></span>'
+           '<span class="sig-paren">(</span>'
+           f'{sig}<span class="sig-paren">)</span><a class="headerlink" href="#{esc(api.name)}" '
+           f'title="{labels["definition"]}">¶</a></dt>', f"<dd><p>{esc(api.summary)}</p>"]
+    out += [f"<p>{esc(d)}</p>" for d in api.description]
+    out += ['<dl class="field-list simple">',
+            f'<dt class="field-odd">{labels["parameters"]}<span class="colon">:</span></dt>',
+            '<dd class="field-odd"><ul class="simple">']
+    out += [f'<li><p><strong>{esc(n)}</strong>{f" (<em>{esc(t)}</em>)" if t else ""} – {esc(d)}</p></li>'
+            for n, t, d in api.params]
+    out.append("</ul>\n</dd>")
+    if api.returns:
+        out += [f'<dt class="field-even">{labels["returns"]}<span class="colon">:</span></dt>',
+                f'<dd class="field-even"><p>{esc(api.returns)}</p>\n</dd>']
+    out.append("</dl>")
+    if api.see_also:
+        refs = ", ".join(f'<a class="reference internal" href="#{esc(r)}" title="{esc(r)}"><code class="xref py '
+                         f'py-func docutils literal notranslate"><span class="pre">{esc(r)}</span></code></a>'
+                         for r in api.see_also)
+        out.append(f'<div class="admonition seealso">\n<p class="admonition-title">{labels["see_also"]}</p>\n'
+                   f'<p>{refs}</p>\n</div>')
+    if api.example:
+        out += [f'<p class="rubric">{labels["examples"]}</p>', _code_html(api.example, "default")]
+    out.append("</dd></dl>")
+    return "\n".join(out)
+
+
+@functools.cache
+def zen_lines() -> tuple[str, ...]:
+    """The aphorisms of the Zen of Python (a line that starts with "Although" or "Unless" joined to the
+    one before), without the final period, read from the `this` module's source (importing it prints)."""
+    spec = importlib.util.find_spec("this")
+    if spec is None or spec.origin is None:
+        return ()
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    encoded = next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                    and getattr(node.targets[0], "id", "") == "s" and isinstance(node.value, ast.Constant)), "")
+    statements: list[str] = []
+    for line in codecs.decode(encoded, "rot13").split("\n")[1:]:
+        line = line.strip().rstrip(".")
+        if line.startswith(("Although", "Unless")) and statements:  # continues the line before
+            statements[-1] += f", {line[0].lower()}{line[1:]}"
+        elif line:
+            statements.append(line)
+    return tuple(statements)
+
+
+QUOTE_STARTS = {"The", "A", "An", "In", "It", "If", "When", "There", "Most", "Many", "Some", "Every", "No", "Although",
+                "While", "One", "We", "You", "Each", "All", "Any", "Even", "Sometimes", "Often", "Never", "Nothing",
+                "Only"}
+QUOTE_SENTENCE_SKIP = re.compile(r"[\d()\[\]{}<>=_`*/\\|#@$%^~:;\"]|\w\.\w|\w[A-Z]|(?i:\b(?:function|method|parameter|"
+                                 r"argument|returns?|default|object|class|instance|attribute|module|array|string|list|"
+                                 r"dict|tuple|none|true|false|e\.g|i\.e|see|below|above|following)\b)")
+
+
+@functools.cache
+def quote_sentences() -> tuple[tuple[str, str], ...]:
+    """(module, sentence) for the sentences of the prose pool that read as general statements, for
+    quotes: 50-220 chars, 8-40 words, no code, digits or API words, at least one stop word."""
+    out = []
+    for source, pieces in harvest():
+        for piece in pieces:
+            for para in piece.split("\n\n"):
+                for sent in _sentences(para):
+                    sent = sent.strip()
+                    if (50 <= len(sent) <= 220 and sent.split()[0] in QUOTE_STARTS and sent.endswith(".")
+                            and 8 <= len(sent.split()) <= 40 and not QUOTE_SENTENCE_SKIP.search(sent)
+                            and re.search(r"\b(?:the|to|of|and|that|have|with|be)\b", sent)):
+                        out.append((source.split(":")[0], sent))
+    return tuple(out)
+
+
 class Builder:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -511,8 +1659,65 @@ class Builder:
             self.fake[loc].seed_instance(self.rng.getrandbits(32))
         self.real = real_articles(self.rng)
         self.real_share = 1.0  # of English article/html/noisy bodies; set by build() to spread the pool
+        self.licences = licence_docs(self.rng)  # real licence text for English boilerplate, used once each
+        self.po = {v: [m for _, variant, msgs in po_catalogs() if variant == v for m in msgs]
+                   for v in ("zh_CN", "zh_TW")}
+        self.zh_slots = {loc: self._zh_slots(loc) for loc in ("zh_CN", "zh_TW")}
+        self.api = list(api_docs())  # for English man pages and documentation pages, used once each
+        self.rng.shuffle(self.api)
+        zen = zen_lines()
+        self.zen = [zen[i:i + 2] for i in range(0, len(zen) - 1, 2)]  # pairs of consecutive ones, for quotes
+        self.rng.shuffle(self.zen)
+        pool = quote_sentences()
+        self.quote_sentences = self.rng.sample(pool, min(len(pool), 2000))  # for English quotes, used once each
+        rng, f = self.rng, self.fake["en_US"]
+        self.en_slots: dict[str, Callable[[], str]] = {
+            "noun": lambda: rng.choice(EN_NOUNS), "nouns": lambda: _plural(rng.choice(EN_NOUNS)),
+            "verb": lambda: rng.choice(EN_VERBS), "verbs": lambda: _third_person(rng.choice(EN_VERBS)),
+            "past": lambda: _past(rng.choice(EN_VERBS)), "adj": lambda: rng.choice(EN_ADJECTIVES),
+            "adv": lambda: rng.choice(EN_ADVERBS), "name": f.name, "city": f.city, "org": f.company,
+            "month": lambda: rng.choice(MONTHS), "weekday": lambda: rng.choice(WEEKDAYS),
+            "year": lambda: str(rng.randint(1990, 2024)),
+            "num": lambda: str(rng.choice((2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 40, 50, 100, 200))),
+            "Adj": lambda: rng.choice(EN_ADJECTIVES).capitalize(), "Noun": lambda: rng.choice(EN_NOUNS).capitalize(),
+            "Nouns": lambda: _plural(rng.choice(EN_NOUNS)).capitalize()}
+        choice = functools.partial(functools.partial, rng.choice)
+        self.zh_quote_slots: dict[str, Callable[[], str]] = dict(
+            regret=choice(ZH_REGRETS), act=choice(ZH_QUOTE_ACTS), nature=choice(POEM_NOUNS), nature2=choice(POEM_NOUNS),
+            lesson=choice(ZH_LESSONS), lesson2=choice(ZH_LESSONS), virtue=choice(ZH_VIRTUES),
+            virtue2=choice(ZH_VIRTUES),
+            consequence=choice(ZH_CONSEQUENCES), journey=choice(ZH_JOURNEYS), reward=choice(ZH_REWARDS),
+            thing=choice(ZH_QUOTE_THINGS))
         self.seen: set[str] = set()
         self.id_numbers: list[int] = []
+
+    def _zh_slots(self, loc: str) -> dict[str, Callable[[], str]]:
+        rng = self.rng
+        words = dict(tool=ZH_TOOLS, cmd=ZH_COMMANDS, opt=ZH_OPTIONS, file=ZH_FILES, concept=ZH_CONCEPTS,
+                     person=ZH_PEOPLE, place=ZH_PLACES, action=ZH_ACTIONS, reason=ZH_REASONS, effect=ZH_EFFECTS,
+                     situation=ZH_SITUATIONS, aspect=ZH_ASPECTS, direction=ZH_DIRECTIONS, season=ZH_SEASONS,
+                     crowd=ZH_CROWDS, activity=ZH_ACTIVITIES, feature=ZH_FEATURES, topic=ZH_TOPICS,
+                     thing=ZH_THINGS, thing2=ZH_THINGS2, finding=ZH_FINDINGS, cause=ZH_CAUSES, num=ZH_NUMBERS)
+        slots: dict[str, Callable[[], str]] = {k: functools.partial(rng.choice, v) for k, v in words.items()}
+        slots.update(name=self.fake[loc].name, year=lambda: str(rng.randint(1995, 2024)))
+        return slots
+
+    @staticmethod
+    def fill(template: str, slots: dict[str, Callable[[], str]]) -> str:
+        """The template with each {slot} filled by a fresh draw, a value not used before in it where
+        possible; unknown names (a literal "{0}") are left as they are."""
+        used: set[str] = set()
+
+        def value(m: re.Match[str]) -> str:
+            if m[1] not in slots:
+                return m[0]
+            for _ in range(4):
+                v = slots[m[1]]()
+                if v not in used:
+                    break
+            used.add(v)
+            return v
+        return EN_SLOT.sub(value, template)
 
     def new_id(self, optional: bool = True) -> str | None:
         number = self.id_numbers.pop()  # shuffled, so an id says nothing about kind or position
@@ -527,15 +1732,7 @@ class Builder:
         return s.replace(".", "。") if loc.startswith("zh") else s
 
     def en_sentence(self) -> str:
-        rng, f = self.rng, self.fake["en_US"]
-        fill = {"noun": lambda: rng.choice(EN_NOUNS), "nouns": lambda: _plural(rng.choice(EN_NOUNS)),
-                "verb": lambda: rng.choice(EN_VERBS), "verbs": lambda: _third_person(rng.choice(EN_VERBS)),
-                "past": lambda: _past(rng.choice(EN_VERBS)), "adj": lambda: rng.choice(EN_ADJECTIVES),
-                "adv": lambda: rng.choice(EN_ADVERBS), "name": f.name, "city": f.city, "org": f.company,
-                "month": lambda: rng.choice(MONTHS), "weekday": lambda: rng.choice(WEEKDAYS),
-                "year": lambda: str(rng.randint(1990, 2024)),
-                "num": lambda: str(rng.choice((2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 40, 50, 100, 200)))}
-        s = EN_SLOT.sub(lambda m: fill[m[1]](), rng.choice(EN_TEMPLATES))
+        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(EN_TEMPLATES))
         s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)
         return s[0].upper() + s[1:]
 
@@ -546,13 +1743,240 @@ class Builder:
         p = self.fake[loc].paragraph(nb_sentences=n)
         return p.replace(".", "。") if loc.startswith("zh") else p
 
+    def zh_paragraph(self, loc: str) -> str:
+        """3-7 sentences from the technical or the general Chinese templates (Traditional for zh_TW)."""
+        rng = self.rng
+        templates = ZH_TECH_TEMPLATES if rng.random() < 0.55 else ZH_GENERAL_TEMPLATES
+        text = "".join(self.fill(t, self.zh_slots[loc]) for t in rng.sample(templates, rng.randint(3, 7)))
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    def couplets(self, n: int) -> list[str]:
+        """n couplets of 5- or 7-character lines from the poem word lists, one a line."""
+        rng = self.rng
+        leads = rng.sample(POEM_LEADS, 2 * n) if rng.random() < 0.5 else [""] * (2 * n)
+        nouns = rng.sample(POEM_NOUNS, 4 * n)  # no noun twice, or short poems fail the 2-gram rule of `clean`
+        verbs = [rng.choice(POEM_VERBS) for _ in range(2 * n)]
+        half = [f"{leads[i]}{nouns[2 * i]}{verbs[i]}{nouns[2 * i + 1]}" for i in range(2 * n)]
+        return [f"{half[2 * i]}，{half[2 * i + 1]}。" for i in range(n)]
+
+    def zh_poem(self, loc: str) -> str:
+        """2-4 couplets of 5- or 7-character lines from the poem word lists, sometimes under a title."""
+        rng = self.rng
+        lines = self.couplets(rng.choice((2, 2, 3, 4)))
+        if rng.random() < 0.5:
+            lines.insert(0, f"《{rng.choice(POEM_NOUNS)}{rng.choice(('', '吟', '怀古', '夜泊', '送别'))}》")
+        text = "\n".join(lines)
+        return to_traditional(text) if loc == "zh_TW" else text
+
     def paragraphs(self, loc: str) -> list[str]:
         if loc == "en_US" and self.real and self.rng.random() < self.real_share:
             return self.real.pop().split("\n\n")
+        if loc in self.zh_slots and self.rng.random() < ZH_PROSE_SHARE:
+            return [self.zh_paragraph(loc) for _ in range(self.rng.randint(2, 7))]
         return [self.paragraph(loc) for _ in range(self.rng.randint(2, 8))]
 
     def _article(self, loc: str) -> str:
+        if loc == "en_US" or loc in self.zh_slots:
+            r = self.rng.random()
+            if r < MAN_SHARE and (loc != "en_US" or self.api):
+                return self.man_page(loc)
+            if r < MAN_SHARE + QUOTE_SHARE:
+                return self.quote(loc)
+        if loc in self.zh_slots and self.rng.random() < ZH_POEM_SHARE:
+            return self.zh_poem(loc)
         return "\n\n".join(self.paragraphs(loc))
+
+    # --- man pages ---------------------------------------------------------------------------------------
+    def man_page(self, loc: str) -> str:
+        """A formatted man page: English from an API doc (see `_man_en`), Chinese from templates."""
+        return self._man_en(self.api.pop()) if loc == "en_US" else self._man_zh(loc)
+
+    def _man_en(self, api: ApiDoc) -> str:
+        """The man page of a documented function: as a command (section 1; its parameters become
+        --options) or, when its signature is known, sometimes as a library function (section 3)."""
+        rng = self.rng
+        parts = api.name.split(".")
+        project, func = parts[0], parts[-1]
+        library = api.signature is not None and rng.random() < 0.3
+        if library:
+            cmd, sec, title = api.name, rng.choice(("3", "3", "3py")), rng.choice(MAN_TITLES_LIB)
+        else:
+            cmd = func.replace("_", "-") if rng.random() < 0.6 else f"{project}-{func.replace('_', '-')}"
+            sec, title = "1", rng.choice(MAN_TITLES_CLI)
+        ref = f"{cmd if library else cmd.upper()}({sec})"
+        summary = api.summary.rstrip(".")
+        if summary[1:2].islower():
+            summary = summary[0].lower() + summary[1:]
+        out = []
+        header = rng.random() < 0.8
+        if header:
+            out += [_man_title_line(ref, title.format(project=project.capitalize()), ref), ""]
+        out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), "", "SYNOPSIS"]
+        options = []
+        for name, typ, _ in api.params:
+            flag = f"-{name}" if len(name) == 1 else f"--{name.replace('_', '-')}"
+            options.append(f"{flag} {meta}" if (meta := _metavar(name, typ)) else flag)
+        if library:
+            owner = ".".join(parts[:-1])
+            call = func
+            if len(parts) >= 3 and parts[-2][:1].isupper():  # a method
+                owner, call = ".".join(parts[:-2]), f"{parts[-2]}.{func}"
+            out += [f"       from {owner} import {call.split('.')[0]}", "",
+                    _man_wrap(f"{call}({', '.join(api.signature or ())})", 7, 8 + len(call))]
+        else:
+            tokens = [cmd] + [f"[{o}]".replace(" ", "\xa0") for o in options]
+            tokens += [rng.choice(("[FILE]...", "[INPUT]", "FILE"))] if rng.random() < 0.4 else []
+            out.append(_man_wrap(" ".join(tokens), 7, 8 + len(cmd)).replace("\xa0", " "))
+        out += ["", "DESCRIPTION"]
+        for para in api.description or (api.summary,):
+            out += [_man_wrap(para, 7), ""]
+        out.append("PARAMETERS" if library else "OPTIONS")
+        for (name, typ, desc), option in zip(api.params, options):
+            out.append(f"       {name}" + (f" : {typ}" if typ else "") if library else f"       {option}")
+            out += [_man_wrap(desc, 14), ""]
+        if api.returns and rng.random() < 0.7:
+            out += ["RETURN VALUE" if library else "OUTPUT", _man_wrap(api.returns, 7), ""]
+        if api.example and rng.random() < 0.7:
+            out += ["EXAMPLES", *(f"       {line}" for line in api.example.split("\n")), ""]
+        if api.see_also and rng.random() < 0.85:
+            refs = [r if library else r.rsplit(".", 1)[-1].replace("_", "-") for r in api.see_also]
+            out += ["SEE ALSO", _man_wrap(", ".join(f"{r}({sec})" for r in refs), 7), ""]
+        if rng.random() < 0.15:
+            out += ["AUTHORS", f"       Written by the {project} developers.", ""]
+        if header:
+            version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+            out.append(_man_title_line(f"{project} {version}", f"{rng.choice(MONTHS)} {rng.randint(2015, 2024)}", ref))
+        return "\n".join(out).rstrip()
+
+    def _man_zh(self, loc: str) -> str:
+        """A Chinese man page from the templates: a program (English name) with its purpose, 3-8 options
+        with full-sentence descriptions, description paragraphs and some of the optional sections."""
+        rng, f = self.rng, self.fake[loc]
+        prog, purpose, zharg, sec = rng.choice(ZH_MAN_PROGS)
+        (name_h, syn_h, desc_h, opt_h, ex_h, exit_h, files_h, env_h, see_h, author_h,
+         bugs_h) = rng.choice(ZH_MAN_HEADINGS)
+        options = rng.sample(ZH_MAN_OPTIONS, rng.randint(3, 8))
+        long_opts = [f"--{o[1]}" for o in options]
+        path = rng.choice(ZH_MAN_PATHS).format(prog=prog)
+        env = rng.choice(ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
+        slots: dict[str, Callable[[], str]] = dict(
+            prog=lambda: prog, zharg=lambda: zharg, obj=functools.partial(rng.choice, ZH_OBJECTS),
+            opt=functools.partial(rng.choice, long_opts), opt2=functools.partial(rng.choice, long_opts),
+            path=lambda: path, env=lambda: env, person=functools.partial(rng.choice, ZH_PEOPLE),
+            ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", effect=functools.partial(rng.choice, ZH_EFFECTS),
+            name=f.name, name_en=self.fake["en_US"].name)
+        ref = f"{prog.upper()}({sec})"
+        out = []
+        header = rng.random() < 0.75
+        if header:
+            out += [_man_title_line(ref, rng.choice(ZH_MAN_TITLES[sec]), ref), ""]
+        out += [name_h, f"       {prog} - {purpose}", "", syn_h]
+        if rng.random() < 0.5:
+            out.append(f"       {prog} [选项]... [{zharg}]...")
+        else:
+            flags = "".join(o[0] for o in options if o[0] and not o[2])
+            out.append(f"       {prog} " + (f"[-{flags}] " if flags else "") + f"{zharg}...")
+        out += ["", desc_h]
+        first = rng.choice(("{prog} 用于{purpose}。", "{prog} 是一个用来{purpose}的工具。", "使用 {prog} 可以{purpose}。"))
+        sentences = [first.format(prog=prog, purpose=purpose)]
+        sentences += [self.fill(t, slots) for t in rng.sample(ZH_MAN_DESC, rng.randint(2, 5))]
+        cut = rng.randint(1, len(sentences) - 1)
+        out += [_zh_wrap("".join(sentences[:cut]), 7), "", _zh_wrap("".join(sentences[cut:]), 7), "", opt_h]
+        for short, long, arg, desc in options:
+            meta = (arg if rng.random() < 0.5 else ZH_OPTION_ARGS[arg]) if arg else ""
+            if short and (not meta or rng.random() < 0.5):
+                spec = f"-{short}, --{long}" + (f"={meta}" if meta else "")
+            elif short:
+                spec = f"-{short} {meta}, --{long}={meta}"
+            else:
+                spec = f"--{long}" + (f"={meta}" if meta else "")
+            text = self.fill(desc, slots)
+            if rng.random() < 0.35:
+                text += self.fill(rng.choice(ZH_MAN_OPTION_NOTES), slots)
+            out += [f"       {spec}", _zh_wrap(text, 14), ""]
+        if rng.random() < 0.6:
+            out.append(ex_h)
+            usable = [o for o in long_opts if o not in ("--help", "--version")] or [""]
+            for i in range(rng.randint(1, 3)):
+                out.append("       " + " ".join(w for w in (prog, rng.choice(usable), rng.choice(ZH_MAN_ARGS)) if w))
+                how = rng.choice(("{effect}。", "这条命令会{effect}。", "与上面的例子类似，不过会{effect}。"
+                                  if i else "下面的命令会{effect}。"))
+                out += [_zh_wrap(self.fill(how, slots), 14), ""]
+        if rng.random() < 0.5:
+            out += [exit_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_EXIT), slots), 7), ""]
+        if rng.random() < 0.35:
+            out += [files_h, f"       {path}", _zh_wrap(self.fill(rng.choice(ZH_MAN_FILES), slots), 14), ""]
+        if rng.random() < 0.25:
+            out += [env_h, f"       {env}", _zh_wrap(self.fill(rng.choice(ZH_MAN_ENV_TEXT), slots), 14), ""]
+        if rng.random() < 0.7:
+            others = rng.sample([p for p in ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
+            out += [see_h, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
+        if rng.random() < 0.4:
+            out += [author_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_AUTHOR), slots), 7), ""]
+        if rng.random() < 0.15:
+            out += [bugs_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_BUGS), slots), 7), ""]
+        if header:
+            package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
+            date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",
+                               f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
+            out.append(_man_title_line(f"{package} {rng.randint(1, 9)}.{rng.randint(0, 40)}", date, ref))
+        text = "\n".join(out).rstrip()
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    # --- quotes ------------------------------------------------------------------------------------------
+    def quote(self, loc: str) -> str:
+        """A quote or saying of QUOTE_CHARS chars, with an attribution line ("\n    -- Name")."""
+        return self._quote_en() if loc == "en_US" else self._quote_zh(loc)
+
+    def aphorism(self) -> str:
+        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(EN_APHORISMS))
+        s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)
+        return s[0].upper() + s[1:]
+
+    def _quote_en(self) -> str:
+        rng, lo, hi = self.rng, *QUOTE_CHARS
+        text = ""
+        for _ in range(20):
+            source = rng.choices(list(QUOTE_SOURCES_EN), list(QUOTE_SOURCES_EN.values()))[0]
+            module = ""
+            if source == "zen" and self.zen:
+                a, b = self.zen.pop()
+                body = rng.choice(ZEN_FRAMES).format(a=a[0].lower() + a[1:], b=b[0].lower() + b[1:], A=a,
+                                                     noun=rng.choice(EN_NOUNS))
+                body = body if body.endswith(".") else body + "."
+                attribution = rng.choice(("\n    -- Tim Peters", '\n\t\t-- Tim Peters, "The Zen of Python"'))
+            else:
+                if source == "prose" and self.quote_sentences:
+                    module, body = self.quote_sentences.pop()
+                else:
+                    body = " ".join(self.aphorism() for _ in range(rng.choice((1, 1, 2, 2, 3))))
+                form = rng.choice(QUOTE_ATTRIBUTION_EN if module else QUOTE_ATTRIBUTION_EN[:-1])
+                born = rng.randint(1600, 1950)
+                attribution = form.format(name=self.fake["en_US"].name(), module=module, born=born,
+                                          died=born + rng.randint(30, 95),
+                                          work=self.fill(rng.choice(EN_WORKS), self.en_slots))
+            text = body + attribution
+            if lo <= len(text) <= hi:
+                break
+        return text
+
+    def _quote_zh(self, loc: str) -> str:
+        rng, lo, hi = self.rng, *QUOTE_CHARS
+        text = ""
+        for _ in range(20):
+            if rng.random() < 0.35:
+                body = "\n".join(self.couplets(rng.choice((2, 2, 3))))
+            else:
+                body = "".join(self.fill(t, self.zh_quote_slots) for t in rng.sample(ZH_SAYINGS, rng.randint(2, 4)))
+            author = rng.choice(ZH_PEN_NAMES) if rng.random() < 0.2 else self.fake[loc].name()
+            title = f"《{rng.choice(POEM_NOUNS)}{rng.choice(ZH_QUOTE_TITLES)}》"
+            if rng.random() < 0.3:  # as fortune files colour it
+                text = f"{body}\n\x1b[33m    --\x1b[32m{author}{title}\x1b[m"
+            else:
+                text = f"{body}\n    -- {author}{title}"
+            if lo <= len(text) <= hi:
+                break
+        return to_traditional(text) if loc == "zh_TW" else text
 
     def _long(self, loc: str) -> str:
         target, parts, size = self.rng.randint(50_000, 148_000), [], 0
@@ -578,15 +2002,107 @@ class Builder:
         return rng.choice(("\n", " ")).join(line.format(**values) for line in lines)
 
     def _boilerplate(self, loc: str) -> str:
+        mix = BOILER_MIX_EN if loc == "en_US" else BOILER_MIX_ZH
+        source = self.rng.choices(list(mix), list(mix.values()))[0]
+        if source == "licence" and self.licences:
+            return self.licences.pop()
+        if source in ("licence", "notice"):
+            return self.notice()
+        if source == "po" and self.po["zh_CN"]:
+            return self.po_doc(loc)
+        if source in ("po", "messages"):
+            return self.messages(loc)
+        return self.site_boilerplate(loc)
+
+    def site_boilerplate(self, loc: str) -> str:
+        """3-6 pieces of the website templates: cookie notices, copyright lines, menus, terms."""
         rng, zh = self.rng, loc != "en_US"
         menu = MENU_ZH if zh else MENU_EN
         values = dict(year=rng.randint(2005, 2024), company=self.fake[loc].company(),
                       num=rng.randint(10**7, 10**8 - 1), nav=" | ".join(rng.sample(menu, rng.randint(4, len(menu)))))
         pieces = rng.sample(BOILER_ZH if zh else BOILER_EN, rng.randint(3, 6))
-        return "\n".join(p.format(**values) for p in pieces)
+        text = "\n".join(p.format(**values) for p in pieces)
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    def notice(self) -> str:
+        """2-3 copyright/licence notices from the templates (source headers, DEP-5 stanzas, credits)."""
+        rng, f = self.rng, self.fake["en_US"]
+        spdx, licname, _ = rng.choice(LICENCES)
+
+        def years() -> str:
+            start = rng.randint(1995, 2022)
+            return str(start) if rng.random() < 0.4 else f"{start}-{rng.randint(start + 1, 2024)}"
+        slots = {"years": years, "holder": lambda: f.company() if rng.random() < 0.5 else f.name(),
+                 "licname": lambda: licname, "spdx": lambda: spdx, "url": f.url,
+                 "project": lambda: f.word().capitalize() + rng.choice(("", "lib", "kit", "db", ".js", "py")),
+                 "paths": lambda: " ".join(rng.sample(NOTICE_PATHS, rng.randint(1, 3))),
+                 "thing": functools.partial(rng.choice, NOTICE_THINGS)}
+        return "\n\n".join(self.fill(t, slots) for t in rng.sample(EN_NOTICES, rng.randint(2, 3)))
+
+    def option_line(self, option: tuple[str, str, str, str, str], zh: bool) -> str:
+        """One option of a --help text, e.g. "  -j, --jobs=N        run N jobs in parallel"."""
+        rng = self.rng
+        short, long, arg, en_help, zh_help = option
+        if arg and rng.random() < 0.3:
+            spec = f"-{short} {arg}, --{long} {arg}"
+        elif rng.random() < 0.15:
+            spec = f"    --{long}" + (f"={arg}" if arg else "")
+        else:
+            spec = f"-{short}, --{long}" + (f"={arg}" if arg else "")
+        head = rng.choice(("  ", "  ", "  ", " ", "")) + spec
+        width = rng.choice((22, 24, 26, 30))
+        text = zh_help if zh else en_help
+        return f"{head:<{width}}{text}" if len(head) < width - 1 else f"{head}\n{' ' * width}{text}"
+
+    def messages(self, loc: str) -> str:
+        """4-12 software messages from the templates: one program's --help text, or lines of a message
+        catalog (errors with format specifiers, usage, option help, version and licence lines)."""
+        rng, zh, f = self.rng, loc != "en_US", self.fake[loc]
+        spdx, _, licurl = rng.choice(LICENCES)
+        prog, zharg = rng.choice(CLI_PROGS), rng.choice(ZH_ARGS)
+        arg, ARG = rng.choice(("file", "path", "source", "dest", "pattern", "name", "url")), rng.choice(
+            ("FILE", "DIR", "PATH", "SOURCE", "DEST", "PATTERN"))
+        holder = f.company if rng.random() < 0.5 else f.name
+        obj = functools.partial(rng.choice, ZH_OBJECTS if zh else EN_OBJECTS)
+        slots: dict[str, Callable[[], str]] = {
+            "prog": lambda: prog, "obj": obj, "objs": lambda: _plural(obj()),
+            "objverb": functools.partial(rng.choice, ZH_OBJECT_VERBS), "lopt": lambda: rng.choice(CLI_OPTIONS)[1],
+            "flags": lambda: "".join(sorted(rng.sample("abcdfhilnqrsvx", rng.randint(2, 6)))),
+            "zharg": lambda: zharg, "arg": lambda: arg, "ARG": lambda: ARG,
+            "ver": lambda: f"{rng.randint(0, 9)}.{rng.randint(0, 40)}"
+                           + (f".{rng.randint(0, 9)}" if rng.random() < 0.5 else ""),
+            "year": lambda: str(rng.randint(1998, 2024)), "holder": holder, "lic": lambda: spdx,
+            "licurl": lambda: licurl, "name": f.name, "email": f.email, "url": f.url}
+        texts = dict(msg=ZH_MESSAGES, usage=ZH_USAGE, desc=ZH_DESCRIPTIONS, ver=ZH_VERSION_LINES) if zh else \
+            dict(msg=EN_MESSAGES, usage=EN_USAGE, desc=EN_DESCRIPTIONS, ver=EN_VERSION_LINES)
+        if not zh and rng.random() < 0.4:  # one program's --help (Chinese: catalog lines only)
+            lines = [self.fill(t, slots) for t in rng.sample(texts["usage"], rng.randint(1, 2))]
+            lines += [self.fill(t, slots) for t in rng.sample(texts["desc"], rng.randint(0, 2))]
+            lines += [self.option_line(o, zh) for o in rng.sample(CLI_OPTIONS, rng.randint(2, 7))]
+            lines += [self.fill(t, slots) for t in rng.sample(texts["ver"], rng.choice((0, 0, 1, 2)))]
+        else:  # lines of a message catalog
+            kinds = rng.choices(("msg", "usage", "desc", "opt", "ver"), (0.6, 0.08, 0.08, 0.14, 0.1),
+                                k=rng.randint(4, 12))
+            lines = [self.option_line(rng.choice(CLI_OPTIONS), zh) if k == "opt"
+                     else self.fill(rng.choice(texts[k]), slots) for k in kinds]
+        text = "\n".join(lines)
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    def po_doc(self, loc: str) -> str:
+        """4-12 translations from the Chinese .po catalogs that installed packages ship, one a line. The
+        Traditional catalogs are small, so zh_TW takes 1-3 of theirs among templated messages."""
+        rng = self.rng
+        if loc == "zh_TW":
+            lines = rng.sample(self.po["zh_TW"], min(len(self.po["zh_TW"]), rng.randint(1, 3)))
+            lines += self.messages(loc).split("\n")
+            rng.shuffle(lines)
+            return "\n".join(lines)
+        return "\n".join(rng.sample(self.po["zh_CN"], min(len(self.po["zh_CN"]), rng.randint(4, 12))))
 
     def _html(self, loc: str) -> str:
         rng, f, esc = self.rng, self.fake[loc], html.escape
+        if rng.random() < DOC_PAGE_SHARE:
+            return self.doc_page(loc)
         body = []
         for p in self.paragraphs(loc):
             r = rng.random()
@@ -603,6 +2119,106 @@ class Builder:
         return PAGE.substitute(lang=LOCALES[loc][0], title=esc(self.sentence(loc, 5).rstrip(".。")),
                                site=f"example.{LOCALES[loc][2]}", ua=rng.randrange(10**6, 10**7), nav=nav,
                                author=esc(f.name()), year=rng.randint(2005, 2024), date=date, body="\n".join(body))
+
+    # --- documentation pages -----------------------------------------------------------------------------
+    def doc_page(self, loc: str) -> str:
+        """A documentation page: Sphinx (navigation in div.related and div.sphinxsidebar, "¶" header
+        links, highlighted code blocks, for English some API entries from `api_docs`) or, for
+        DOCBOOK_SHARE of them, a DocBook XSL chunk (navigation tables that `clean` keeps as text). The
+        prose is the language's article text (the real pool for English)."""
+        rng, f, esc = self.rng, self.fake[loc], html.escape
+        zh = loc in self.zh_slots
+        labels = dict(DOC_LABELS["zh_CN" if zh else "en"])
+        paragraphs = self.paragraphs(loc)
+        docbook = rng.random() < DOCBOOK_SHARE
+        apis = [self.api.pop() for _ in range(min(len(self.api), rng.choice((0, 1, 1, 2))))] \
+            if loc == "en_US" and not docbook else []
+        if zh:
+            headings = rng.sample(ZH_DOC_HEADINGS, 6)
+            project, title = rng.choice(ZH_TOOLS), headings.pop()
+            title = f"{project} {title}" if project.isascii() else title
+            neighbours = headings[:2]
+        elif loc == "en_US":
+            headings = rng.sample(EN_DOC_HEADINGS, 6)
+            if apis:
+                project, owner = apis[0].name.split(".")[0], apis[0].name.rsplit(".", 1)[0]
+                title = f"{owner} — {rng.choice(EN_DOC_TITLES)}"
+            else:
+                project, title = f.word().capitalize(), headings.pop()
+            neighbours = [rng.choice(STDLIB_MODULES + PACKAGE_MODULES) if apis else headings.pop() for _ in range(2)]
+        else:
+            headings = [self.sentence(loc, 3).rstrip(".。") for _ in range(4)]
+            project, title = f.word().capitalize(), self.sentence(loc, 4).rstrip(".。")
+            neighbours = [self.sentence(loc, 3).rstrip(".。") for _ in range(2)]
+        if loc == "zh_TW":
+            labels = {k: to_traditional(v) for k, v in labels.items()}
+            headings, neighbours = [to_traditional(h) for h in headings], [to_traditional(n) for n in neighbours]
+            title, project = to_traditional(title), to_traditional(project)
+        if rng.random() < 0.7:  # a code block: imports of the API entries (their examples are theirs), or shell
+            imports = [f">>> from {owner} import {name}" for owner, name in (a.name.rsplit(".", 1) for a in apis)
+                       if not owner.rsplit(".", 1)[-1][:1].isupper()]
+            code = "\n".join(imports) or "\n".join(f"$ {rng.choice(ZH_COMMANDS)} {rng.choice(ZH_OPTIONS)}"
+                                                   for _ in range(rng.randint(1, 3)))
+        else:
+            code = ""
+        # sections: (heading, blocks); the first has no heading (the page's introduction)
+        n_sections = min(len(paragraphs), rng.randint(1, 3)) + 1
+        cuts = sorted(rng.sample(range(1, len(paragraphs)), n_sections - 2)) if n_sections > 2 else []
+        groups = [paragraphs[a:b] for a, b in zip([0, *cuts], [*cuts, len(paragraphs)])]
+        if len(groups) == 1 and len(paragraphs) > 1:
+            groups = [paragraphs[:1], paragraphs[1:]]
+        sections: list[tuple[str, list[str]]] = [("" if i == 0 else headings[i - 1], [f"<p>{esc(p)}</p>" for p in g])
+                                                  for i, g in enumerate(groups)]
+        if code:
+            block = (f'<pre class="{rng.choice(("programlisting", "screen"))}">{esc(code)}</pre>' if docbook
+                     else _code_html(code, "python3" if code.startswith(">>>") else "console"))
+            where = sections[rng.randrange(len(sections))][1]
+            where.insert(rng.randint(0, len(where)), block)
+        if apis:
+            sections.append((headings[len(sections) - 1], [_api_html(a, labels) for a in apis]))
+        year = rng.randint(2008, 2024)
+        version = f"{rng.randint(0, 5)}.{rng.randint(0, 20)}"
+        anchor, prev_title, next_title = _slug(title, 0), *neighbours
+        prev_href, next_href = (f"{_slug(t, i + 1)}.html" for i, t in enumerate(neighbours))
+        if docbook:
+            n_chapter = rng.randint(1, 12)
+            num = f"{n_chapter}.{rng.randint(1, 9)}"
+            chapter = headings[-1]
+            chapter_title = f"第 {n_chapter} 章 {chapter}" if zh else f"{labels['chapter']} {n_chapter}. {chapter}"
+            body = []
+            for i, (heading, blocks) in enumerate(sections):
+                if heading:
+                    body.append(f'<div class="section"><div class="titlepage"><div><div><h3 class="title"><a id="'
+                                f'{_slug(heading, i)}"></a>{num}.{i}. {esc(heading)}</h3></div></div></div>'
+                                + "".join(blocks) + "</div>")
+                else:
+                    body.extend(blocks)
+            return DOCBOOK_PAGE.substitute(
+                labels, lang=LOCALES[loc][0], num=num, title=esc(title),
+                book=esc(f"{project} {labels['documentation']}"),
+                up_href=f"ch{n_chapter:02d}.html", chapter_title=esc(chapter_title), prev_href=prev_href,
+                next_href=next_href, prev_title=esc(prev_title), next_title=esc(next_title), anchor=anchor,
+                body="".join(body))
+        body, toc = [], []
+        for i, (heading, blocks) in enumerate(sections):
+            if not heading:
+                body.extend(blocks)
+                continue
+            sid = _slug(heading, i)
+            toc.append(f'<li><a class="reference internal" href="#{sid}">{esc(heading)}</a></li>')
+            body.append(f'<section id="{sid}">\n<h2>{esc(heading)}<a class="headerlink" href="#{sid}" '
+                        f'title="{labels["permalink"]}">¶</a></h2>\n' + "\n".join(blocks) + "\n</section>")
+        values = dict(labels, lang=LOCALES[loc][0], title=esc(title), project=esc(project), version=version,
+                      prev_title=esc(prev_title), next_title=esc(next_title), prev_href=prev_href,
+                      next_href=next_href, section=esc(headings[-1]))
+        created_after = "创建。" if zh else "."
+        return SPHINX_PAGE.substitute(
+            values, related=SPHINX_RELATED.substitute(values), hash=f"{rng.getrandbits(32):08x}",
+            theme=rng.choice(SPHINX_THEMES), anchor=anchor, body="\n".join(body), toc_items="\n".join(toc),
+            source=_slug(title, 0), years=f"{year - rng.randint(0, 10)}-{year}",
+            authors=esc(f.company() if rng.random() < 0.5 else f"{project} developers"),
+            sphinx_version=f"{rng.randint(4, 8)}.{rng.randint(0, 4)}.{rng.randint(0, 6)}",
+            created_after=to_traditional(created_after) if loc == "zh_TW" else created_after)
 
     def _noise(self, loc: str, s: str) -> str:
         rng, r = self.rng, self.rng.random()
@@ -625,8 +2241,10 @@ class Builder:
         return "\n\n".join(paras)
 
     def content(self, kind: str) -> Doc:
-        if kind in ("ad", "boilerplate"):
+        if kind == "ad":
             loc = "en_US" if self.rng.random() < 0.55 else "zh_CN"
+        elif kind == "boilerplate":
+            loc = self.rng.choices(list(BOILER_LOCALES), list(BOILER_LOCALES.values()))[0]
         else:
             loc = self.rng.choices(list(LOCALES), [w for _, w, _ in LOCALES.values()])[0]
         for _ in range(100):  # keep the text unique so that every duplicate is a labelled one
@@ -728,7 +2346,9 @@ class Builder:
         if n_kind["article"] < num_docs // 2:
             raise ValueError(f"num_docs={num_docs} is too small for the mix")
         self.id_numbers = self.rng.sample(range(num_docs), num_docs)
-        english = sum(n_kind[k] for k in REAL_KINDS) * LOCALES["en_US"][1]
+        # English bodies from the pool: not the man pages and quotes (about MAN_SHARE + QUOTE_SHARE of articles)
+        english = (sum(n_kind[k] for k in REAL_KINDS) - n_kind["article"] * (MAN_SHARE + QUOTE_SHARE)) \
+            * LOCALES["en_US"][1]
         self.real_share = min(1.0, len(self.real) / english)
         base = [self.content(k) for k, n in n_kind.items() for _ in range(n)]
         base += [self.malformed(t) for t, n in n_bad.items() for _ in range(n)]
@@ -741,7 +2361,8 @@ class Builder:
 
 
 def write(docs: list[Doc], params: Params) -> tuple[int, int]:
-    """Write the shards and the labels atomically; return (uncompressed, compressed) shard bytes."""
+    """Write the shards, the labels and the semantic-filter labels atomically; return (uncompressed,
+    compressed) shard bytes."""
     n, k = len(docs), params.num_shards
     labels: list[dict[str, Any]] = []
     raw_size = gz_size = 0
@@ -758,6 +2379,9 @@ def write(docs: list[Doc], params: Params) -> tuple[int, int]:
     with atomic_path(params.labels_path) as tmp_labels:
         tmp_labels.write_text("".join(json.dumps(lab, ensure_ascii=False) + "\n" for lab in labels),
                               encoding="utf-8")
+    with atomic_path(params.semantic_labels_path) as tmp_semantic:
+        tmp_semantic.write_text("".join(_dumps(row) + "\n" for row in semantic_labels(docs, params.seed)),
+                                encoding="utf-8")  # _dumps: noisy text holds U+0085 and U+2028
     return raw_size, gz_size
 
 

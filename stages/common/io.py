@@ -26,6 +26,7 @@ QUARANTINE_SCHEMA = pa.schema([
     ("source", pa.string()),
     ("index", pa.int64()),
     ("dup_of", pa.string()),
+    ("score", pa.float32()),  # the deciding score where a model decided (semantic_filter), else null
     ("record", pa.large_string()),  # the original record, or the cleaned text for rule/dedup drops
 ])
 

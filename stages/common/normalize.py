@@ -35,6 +35,13 @@ _BLOCK_TAG_RE = re.compile(
 # Elements whose text is never content.
 NON_CONTENT_TAGS = ("script", "style", "noscript", "nav", "footer", "header", "aside", "form", "iframe", "svg",
                     "template", "button", "select", "head")
+# Many real pages build navigation from plain <div>s; ARIA roles and a few conventional class names
+# (Sphinx's `related` and `sphinxsidebar` among them) mark it.
+NON_CONTENT_SELECTOR = ", ".join([
+    *(f'[role="{role}"]' for role in ("navigation", "banner", "contentinfo", "search", "complementary")),
+    *(f".{name}" for name in ("nav", "navbar", "navigation", "menu", "sidebar", "sphinxsidebar", "related",
+                              "breadcrumb", "breadcrumbs", "footer", "skip-link", "cookie-banner")),
+])
 
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _OVERSTRIKE_RE = re.compile(r"(.)\x08")  # man-page bold/underline: "N\bN", "_\bX"
@@ -66,6 +73,8 @@ def html_to_text(html: str) -> str:
     """Visible main text of an HTML page, one block element per line."""
     tree = LexborHTMLParser(_BLOCK_TAG_RE.sub("\n<", html))
     tree.strip_tags(list(NON_CONTENT_TAGS))
+    for node in tree.css(NON_CONTENT_SELECTOR):
+        node.decompose()
     root = tree.body or tree.root
     return "" if root is None else (root.text(deep=True, separator="") or "")
 

@@ -23,6 +23,14 @@ def test_html_page_becomes_visible_main_text():
         assert hidden not in text
 
 
+def test_div_navigation_marked_by_role_or_class_is_dropped():
+    page = ('<html><body><div class="related" role="navigation"><a href="i">index</a> | <a href="n">next</a></div>'
+            '<div class="sphinxsidebar">Table of Contents</div><div class="body"><h1>lzma</h1>'
+            '<p>This module provides classes for compressing data.</p></div>'
+            '<div class="footer">&copy; Copyright 2001-2023.</div></body></html>')
+    assert normalize_whitespace(html_to_text(page)) == "lzma\nThis module provides classes for compressing data."
+
+
 def test_html_detection_ignores_man_page_placeholders():
     assert looks_like_html(PAGE)
     assert not looks_like_html("SYNOPSIS\n#include <stdio.h>\ncp <source> <dest>\nint main(void);")

@@ -1,21 +1,43 @@
 import gzip
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from stages.demo_corpus import MALFORMED, Params, _prose, harvest, run
+from stages.common.normalize import NormalizeOptions, normalize
+from stages.demo_corpus import (MALFORMED, Builder, Params, _prose, api_doc, api_docs, harvest, licence_texts,
+                                 po_catalogs, po_messages, run, to_traditional)
+
+# Genres of the keep class beyond articles (see the module docstring), recognised by their layout.
+MAN = re.compile(r"^(?:NAME|名称|名稱)(?:（NAME）)?\n", re.M)
+QUOTE = re.compile(r"\n(?:\x1b\[33m)?(?:    |\t\t)--(?:\x1b\[32m| )\S[^\n]*\Z")
+SPHINX = 'class="sphinxsidebar"'
+
+
+def genre(text: str) -> str:
+    if SPHINX in text:
+        return "sphinx"
+    if 'class="navheader"' in text:
+        return "docbook"
+    if "<html" in text:
+        return "html"
+    if MAN.search(text):
+        return "man"
+    return "quote" if QUOTE.search(text) and len(text) <= 320 else "other"
 
 
 def _build(root: Path, seed: int = 7) -> Params:
     params = Params(seed=seed, num_docs=600, num_shards=3, out_dir=str(root / "demo"),
-                    labels_path=str(root / "labels.jsonl"))
+                    labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"))
     run(params)
     return params
 
 
 def _files(params: Params) -> dict[str, bytes]:
-    paths = sorted(Path(params.out_dir).glob("part-*.jsonl.gz")) + [Path(params.labels_path)]
+    paths = sorted(Path(params.out_dir).glob("part-*.jsonl.gz")) + [Path(params.labels_path),
+                                                                     Path(params.semantic_labels_path)]
     return {p.name: p.read_bytes() for p in paths}
 
 
@@ -107,6 +129,224 @@ overflow. See :func:`numpy.add` and ``out`` for details [1]_.
 
 def test_pool_of_real_prose_is_large_and_unique() -> None:
     pieces = [p for _, ps in harvest() for p in ps]
-    assert sum(map(len, pieces)) > 3_000_000
+    assert sum(map(len, pieces)) > 2_500_000
     assert len(set(pieces)) == len(pieces)
     assert all(">>>" not in p for p in pieces)
+
+
+def test_api_docs_are_kept_out_of_the_prose_pool() -> None:
+    """The documented functions that man pages and documentation pages render are many, and their
+    text is not in the pool of articles (or `clean` would find near duplicates)."""
+    apis = api_docs()
+    assert len(apis) > 500 and len({a.name for a in apis}) == len(apis)
+    assert all(len(a.params) >= 2 and a.summary for a in apis)
+    pool = {p for _, pieces in harvest() for piece in pieces for p in piece.split("\n\n")}
+    assert not pool & {d for a in apis for d in a.description}
+
+
+def test_api_doc_of_numpy_and_google_docstrings() -> None:
+    numpy_doc = """Count the items of a sequence that match a pattern, quickly.
+
+The pattern is matched against the string form of each item, which is
+computed once per item.
+
+Parameters
+----------
+items : sequence of str
+    The items to count. Each item is converted with `str` first.
+pattern : str, optional
+    A regular expression. The default matches every item.
+flags : int
+    Flags of the :mod:`re` module.
+
+Returns
+-------
+int
+    How many items match the pattern, zero for an empty sequence.
+
+See Also
+--------
+numpy.count_nonzero : Count non-zero values.
+len, sum
+
+Examples
+--------
+>>> count(["a", "b"], "a")
+1
+"""
+    api = api_doc("pkg.count", None, numpy_doc)
+    assert api is not None and api.summary == "Count the items of a sequence that match a pattern, quickly."
+    assert api.description == ("The pattern is matched against the string form of each item, which is computed "
+                               "once per item.",)
+    assert api.params == (("items", "sequence of str", "The items to count. Each item is converted with str first."),
+                          ("pattern", "str, optional", "A regular expression. The default matches every item."),
+                          ("flags", "int", "Flags of the re module."))
+    assert api.returns == "How many items match the pattern, zero for an empty sequence."
+    assert api.see_also == ("numpy.count_nonzero", "len", "sum")
+    assert api.example == '>>> count(["a", "b"], "a")\n1' and api.signature is None
+    google_doc = """Add two numbers together, which is a long enough summary.
+
+Args:
+    a (int): The first number to add.
+    b: The second number, which defaults to two.
+
+Returns:
+    int: The sum of the two numbers, never negative.
+"""
+    def add(a, b=2):  # noqa: ANN001, ANN202
+        return a + b
+    api = api_doc("pkg.add", add, google_doc)
+    assert api is not None and api.params == (("a", "int", "The first number to add."),
+                                              ("b", "", "The second number, which defaults to two."))
+    assert api.returns == "The sum of the two numbers, never negative." and api.signature == ("a", "b=2")
+    assert api_doc("pkg.f", None, "Do it.\n\nParameters\n----------\nx : int\n    The value to use.\n") is None
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The semantic labels of a larger build, where every genre has several examples."""
+    root = tmp_path_factory.mktemp("large")
+    params = Params(seed=11, num_docs=3000, num_shards=1, out_dir=str(root / "demo"),
+                    labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"))
+    run(params)
+    return [json.loads(line) for line in Path(params.semantic_labels_path).read_text(encoding="utf-8").splitlines()]
+
+
+def test_semantic_keep_class_has_documentation_genres(large) -> None:
+    """The keep class is not only articles: man pages, quotes and documentation pages, in English and
+    Chinese, about in the shares the module docstring gives."""
+    keep = Counter((r["lang"], genre(r["text"])) for r in large if r["label"] == "keep")
+    for lang in ("en", "zh"):
+        total = sum(n for (lg, _), n in keep.items() if lg == lang)
+        assert 0.03 * total <= keep[lang, "man"] <= 0.12 * total, keep
+        assert 0.015 * total <= keep[lang, "quote"] <= 0.08 * total, keep
+        assert keep[lang, "sphinx"] + keep[lang, "docbook"] >= 3 and keep[lang, "html"] >= 3, keep
+    drop = Counter(genre(r["text"]) for r in large if r["label"] == "drop")
+    assert drop["sphinx"] == drop["docbook"] == drop["quote"] == 0
+
+
+def test_man_pages(large) -> None:
+    pages = [r for r in large if r["label"] == "keep" and genre(r["text"]) == "man"]
+    summaries = {a.summary.rstrip(".").lower() for a in api_docs()}
+    for r in pages:
+        text = r["text"]
+        lines = text.split("\n")
+        if r["lang"] == "en":  # a docstring rendered: its summary is the NAME line's
+            heads = [line for line in lines if line and not line[0].isspace()]
+            assert heads.index("NAME") < heads.index("SYNOPSIS") < heads.index("DESCRIPTION")
+            assert "OPTIONS" in heads or "PARAMETERS" in heads
+            name = " ".join(line.strip() for line in text.split("NAME\n", 1)[1].split("\n\n")[0].split("\n"))
+            assert name.split(" - ", 1)[1].lower() in summaries
+            assert re.search(r"^ {7}(?:--?\w|\w+)", text, re.M) and re.search(r"^ {14}\S", text, re.M)
+            description = re.search(r"^DESCRIPTION\n(.*?)\n(?=\S)", text, re.M | re.S)[1]
+            assert all(len(line) <= 80 or " " not in line.strip() for line in description.split("\n"))
+        else:  # options with full-sentence Chinese descriptions at 14 columns
+            assert re.search(r"^ {7}-", text, re.M)
+            assert re.search(r"^ {14}[^\n]*[\u4e00-\u9fff][^\n]*[。]$", text, re.M)
+
+
+def test_quotes(large) -> None:
+    quotes = [r["text"] for r in large if r["label"] == "keep" and genre(r["text"]) == "quote"]
+    assert quotes and all(60 <= len(q) <= 300 for q in quotes)
+    zh = [q for q in quotes if re.search(r"[\u4e00-\u9fff]", q)]
+    assert zh and all(re.search(r"--(?:\x1b\[32m| )\S+《[^》]+》", q.rsplit("\n", 1)[1]) for q in zh)
+
+
+def test_documentation_pages(large) -> None:
+    """Sphinx pages carry their navigation where `clean` strips it, and "¶" links and code blocks in
+    the text it keeps; DocBook pages carry it in tables, which it keeps."""
+    pages = [r["text"] for r in large if r["label"] == "keep" and genre(r["text"]) == "sphinx"]
+    assert len(pages) >= 5
+    for page in pages:
+        assert '<div class="related" role="navigation"' in page and '<div class="footer" role="contentinfo">' in page
+        text = normalize(page, NormalizeOptions())[0]
+        assert "¶" in text and "Quick search" not in text and "快速搜索" not in text
+    assert any("<pre>" in page for page in pages) and any('class="py function"' in page for page in pages)
+
+
+def test_software_messages_are_a_small_part_of_english_boilerplate(large) -> None:
+    en = [r["text"] for r in large if r["category"] == "boilerplate" and r["lang"] == "en"]
+    cli = [t for t in en if re.search(r"^(?:usage|Usage):|^  -\w, --|%s|%d", t, re.M)]
+    assert len(cli) <= 0.12 * len(en)
+
+
+def test_chinese_messages_are_unrelated_catalog_lines() -> None:
+    """Chinese software messages are catalog lines (errors, usage, option help) in any order, never one
+    program's --help text, which reads like the man pages of the keep class."""
+    builder = Builder(5)
+    docs = [builder.messages("zh_CN").split("\n") for _ in range(300)]
+    assert sum(lines[0].startswith(("用法", "  或者")) for lines in docs) < 0.2 * len(docs)
+    assert sum(any("%" in line for line in lines) for lines in docs) > 0.7 * len(docs)
+
+
+def test_semantic_labels(corpus) -> None:
+    """Every well-formed, non-duplicate en/zh ad/boilerplate record is a drop example; about 1.5 times
+    as many prose records per language are keep examples; ids and text are those of the records."""
+    params, lines, labels = corpus
+    rows = [json.loads(line) for line in Path(params.semantic_labels_path).read_text(encoding="utf-8").splitlines()]
+    assert {r["label"] for r in rows} == {"keep", "drop"} and {r["lang"] for r in rows} == {"en", "zh"}
+    text_by_id = {lab["id"]: json.loads(line)["text"] for line, lab in zip(lines, labels)
+                  if lab["id"] and not lab["malformed"]}
+    kind_by_id = {lab["id"]: lab["kind"] for lab in labels if lab["id"]}
+    drop_ids = {lab["id"] for lab in labels if lab["kind"] in ("ad", "boilerplate") and not lab["dup_of"]
+                and lab["lang"] in ("en", "zh")}
+    assert {r["id"] for r in rows if r["label"] == "drop"} - {None} == drop_ids - {None}
+    for r in rows:
+        assert set(r) == {"id", "text", "lang", "label", "category"}
+        if r["id"] is not None:
+            assert r["text"] == text_by_id[r["id"]]
+            assert (r["label"] == "drop") == (kind_by_id[r["id"]] in ("ad", "boilerplate"))
+            if r["label"] == "keep":
+                assert kind_by_id[r["id"]] in ("article", "html", "noisy", "long")
+        assert r["category"] == (None if r["label"] == "keep" else kind_by_id.get(r["id"], r["category"]))
+    for lang in ("en", "zh"):
+        drop = sum(r["lang"] == lang and r["label"] == "drop" for r in rows)
+        keep = sum(r["lang"] == lang and r["label"] == "keep" for r in rows)
+        assert drop >= 10 and keep == round(1.5 * drop)
+
+
+def test_boilerplate_has_real_licence_and_po_text(corpus) -> None:
+    params = corpus[0]
+    rows = [json.loads(line) for line in Path(params.semantic_labels_path).read_text(encoding="utf-8").splitlines()]
+    drop_text = "\n".join(r["text"] for r in rows if r["category"] == "boilerplate")
+    paragraphs = [p for _, ps in licence_texts() for p in ps if len(p) >= 200]
+    messages = [m for _, variant, ms in po_catalogs() if variant == "zh_CN" for m in ms if len(m) >= 4]
+    assert len(paragraphs) > 500 and len(messages) > 100  # the pools shipped with the pinned packages
+    assert sum(p in drop_text for p in paragraphs) >= 3
+    assert sum(m in drop_text.split("\n") for m in messages) >= 5
+    assert "%s" in drop_text and re.search(r"^\s*-\w, --\w", drop_text, re.M)  # templated software messages
+
+
+def test_po_messages_parses_catalog_entries() -> None:
+    po = '''msgid ""
+msgstr ""
+"Project-Id-Version: demo\\n"
+
+#: a.py:1
+msgid "Cannot open %s"
+msgstr "无法打开 %s"
+
+#, fuzzy
+msgid "Old"
+msgstr "旧的"
+
+msgid "Line one"
+msgstr ""
+"第一行\\n"
+"第二行 \\"引号\\""
+
+msgid "%d file"
+msgid_plural "%d files"
+msgstr[0] "%d 个文件"
+
+msgid "Untranslated"
+msgstr ""
+#~ msgid "Obsolete"
+#~ msgstr "过时"
+'''
+    assert po_messages(po) == ["无法打开 %s", "第一行\n第二行 \"引号\"", "%d 个文件"]
+
+
+def test_traditional_variant() -> None:
+    assert to_traditional("配置文件已损坏，请重新生成") == "設定檔已損壞，請重新生成"
+    assert to_traditional("长江下游的万里江山") == "長江下游的萬里江山"

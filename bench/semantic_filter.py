@@ -1,0 +1,113 @@
+"""Benchmark and self-score the semantic filter (stages semantic_embed -> semantic_head -> semantic_filter).
+
+    python bench/semantic_filter.py     # needs the demo's clean output and labels (`dvc repro clean demo_corpus`)
+
+1. Demo: the three stages with the params.yaml settings on data/clean/docs, timed end to end
+   (documents/s = clean documents / total seconds, labels' embedding and head training included),
+   and the validation accuracy, precision, recall and F1 per language at the chosen thresholds.
+2. Devset (../shared/devset, when present), with the head trained on the demo labels only: `clean`
+   then the filter on devset.jsonl + devset_zh_boilerplate.jsonl; the share of surviving boilerplate
+   dropped and of surviving other kinds (prose, fortune, manpage, html) dropped, per language.
+Results: bench/results/semantic_filter.json and .md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from stages import clean, semantic_embed, semantic_filter, semantic_head  # noqa: E402
+from stages.common.io import read_table  # noqa: E402
+from stages.common.params import load_section  # noqa: E402
+from stages.common.pool import resolve_workers  # noqa: E402
+from stages.common.semantic import Encoder  # noqa: E402
+
+DEVSET = ROOT.parent / "shared" / "devset"
+
+
+def run_demo(tmp: Path, params_path: Path) -> tuple[dict, semantic_head.Params, semantic_embed.Params]:
+    e = dataclasses.replace(load_section("semantic_embed", semantic_embed.Params, params_path),
+                            out_dir=str(tmp / "emb"), metrics_path=str(tmp / "embed.json"))
+    h = dataclasses.replace(load_section("semantic_head", semantic_head.Params, params_path),
+                            embeddings_dir=e.out_dir, out_dir=str(tmp / "head"), metrics_path=str(tmp / "head.json"))
+    f = dataclasses.replace(load_section("semantic_filter", semantic_filter.Params, params_path),
+                            docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
+                            out_dir=str(tmp / "out"), metrics_path=str(tmp / "filter.json"))
+    start = time.perf_counter()
+    embed_m = semantic_embed.run(e)
+    head_m = semantic_head.run(h)
+    filter_m = semantic_filter.run(f)
+    seconds = time.perf_counter() - start
+    result = {
+        "num_docs": filter_m["num_read"], "num_labels": embed_m["num_labels"], "seconds_total": seconds,
+        "docs_per_s_end_to_end": filter_m["num_read"] / seconds,
+        "seconds_embed": embed_m["seconds"], "seconds_head": head_m["seconds"], "seconds_filter": filter_m["seconds"],
+        "encoded_per_s": embed_m["encoded_per_s"], "pass_rate": filter_m["pass_rate"],
+        **{k: v for k, v in filter_m.items() if k.startswith(("val.", "threshold.", "dropped."))},
+    }
+    return result, h, e
+
+
+def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Params) -> dict:
+    raw = tmp / "devset_raw"
+    raw.mkdir()
+    truth = {}
+    for name in ("devset.jsonl", "devset_zh_boilerplate.jsonl"):
+        shutil.copy(DEVSET / name, raw / name)
+        for line in (DEVSET / name).open(encoding="utf-8"):
+            row = json.loads(line)
+            truth[row["id"]] = row
+    c = dataclasses.replace(clean.Params(), input=str(raw), out_dir=str(tmp / "dev_clean"),
+                            metrics_path=str(tmp / "dev_clean.json"), reasons_plot_path=str(tmp / "dev_r.csv"))
+    clean.run(c)
+    docs = read_table(tmp / "dev_clean" / "docs", ["id", "text", "lang"]).to_pydict()
+    encoder = Encoder(embed.encoder, embed.max_length, embed.batch_size, resolve_workers(embed.num_threads),
+                      embed.backend, embed.quantize)
+    emb = semantic_embed.embed(encoder, docs["text"], docs["lang"], embed.embed_languages)
+    (tmp / "dev_emb").mkdir()
+    semantic_embed.write_doc_embeddings(tmp / "dev_emb" / "docs.parquet", docs["id"], docs["lang"], emb)
+    f = semantic_filter.Params(docs_dir=str(tmp / "dev_clean" / "docs"), embeddings_dir=str(tmp / "dev_emb"),
+                               head_dir=head.out_dir, out_dir=str(tmp / "dev_out"),
+                               metrics_path=str(tmp / "dev_filter.json"))
+    semantic_filter.run(f)
+    dropped = set(read_table(tmp / "dev_out" / "quarantine", ["id"]).column("id").to_pylist())
+    total, drops = Counter(), Counter()
+    for doc_id in docs["id"]:
+        row = truth[doc_id]
+        group = (row["lang"], "boilerplate" if row["kind"] == "boilerplate" else "other")
+        total[group] += 1
+        drops[group] += doc_id in dropped
+    return {f"{lang}.{group}.dropped_rate": drops[(lang, group)] / total[(lang, group)]
+            for lang, group in sorted(total)} | {f"{lang}.{group}.num": total[(lang, group)]
+                                                  for lang, group in sorted(total)}
+
+
+def main() -> None:
+    params_path = ROOT / "params.yaml"
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        results["demo"], head, embed = run_demo(tmp, params_path)
+        if (DEVSET / "devset.jsonl").is_file():
+            results["devset"] = run_devset(tmp, head, embed)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "semantic_filter.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    lines = ["# semantic_filter benchmark", ""]
+    for name, values in results.items():
+        lines += [f"## {name}", ""] + [f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}"
+                                       for k, v in values.items()] + [""]
+    (out / "semantic_filter.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

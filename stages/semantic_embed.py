@@ -1,0 +1,137 @@
+"""`semantic_embed` stage: sentence embeddings for the labelled examples and for every clean document.
+
+The expensive half of the semantic filter, kept in its own DVC stage so that retraining the head or
+moving its threshold never re-embeds anything. Only languages in `embed_languages` go through the
+encoder (all-MiniLM-L6-v2 reads English; it maps most Chinese characters to [UNK]); other rows get a
+zero vector and are judged by the head's n-gram and layout features alone.
+
+    <out_dir>/labels.parquet   id, text (normalised like `clean`), lang, label, category, embedding
+    <out_dir>/docs.parquet     id, lang, embedding   (same order as the clean docs)
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stages.common.atomic import atomic_dir, write_json
+from stages.common.io import read_table
+from stages.common.langid import LanguageIdentifier
+from stages.common.normalize import NormalizeOptions, normalize
+from stages.common.cli import stage_main
+from stages.common.pool import resolve_workers
+from stages.common.semantic import DEFAULT_ENCODER, KEEP, Encoder
+
+log = logging.getLogger("refinery.semantic_embed")
+STAGE = "semantic_embed"
+
+
+@dataclass(frozen=True)
+class Params:
+    labels_path: str = "data/labels/demo.jsonl"  # JSONL: text, label (keep|drop), optional category, lang, id
+    docs_dir: str = "data/clean/docs"
+    out_dir: str = "data/semantic/embeddings"
+    metrics_path: str = "metrics/semantic_embed.json"
+    encoder: str = DEFAULT_ENCODER  # or a local BERT-family model folder / cached hub id
+    backend: str = "torch"  # torch | onnx (exported at start; `quantize` makes it int8)
+    quantize: bool = False
+    max_length: int = 128  # tokens per document seen by the encoder
+    batch_size: int = 64
+    num_threads: int = 0  # 0 = all cores
+    embed_languages: tuple[str, ...] = ("en",)
+    seed: int = 0  # language ID of labels without a `lang`
+
+    def __post_init__(self) -> None:
+        if self.max_length < 8 or self.batch_size < 1:
+            raise ValueError("params 'semantic_embed.max_length' (>= 8) and 'batch_size' (>= 1) out of range")
+
+
+def read_labels(path: str, seed: int) -> list[dict[str, Any]]:
+    """Labelled examples, normalised like `clean` does; a malformed line is an error naming it."""
+    langid = None
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}:{number}: not JSON ({e})") from None
+            text, label = obj.get("text"), obj.get("label")
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}:{number}: 'text' must be a non-empty string")
+            if label not in (KEEP, "drop"):
+                raise ValueError(f"{path}:{number}: 'label' must be 'keep' or 'drop', got {label!r}")
+            clean_text, _ = normalize(text, NormalizeOptions())
+            lang = obj.get("lang")
+            if not isinstance(lang, str):
+                langid = langid or LanguageIdentifier(seed)
+                lang = langid(clean_text).lang
+            category = obj.get("category") if label == "drop" else None
+            rows.append({"id": str(obj.get("id") or f"label-{number}"), "text": clean_text, "lang": lang,
+                         "label": label, "category": category if isinstance(category, str) else None})
+    if not rows:
+        raise ValueError(f"{path}: no labelled examples")
+    return rows
+
+
+def embed(encoder: Encoder, texts: list[str], langs: list[str], languages: tuple[str, ...]) -> np.ndarray:
+    out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
+    rows = [i for i, lang in enumerate(langs) if lang in languages]
+    if rows:
+        out[rows] = encoder.encode([texts[i] for i in rows])
+    return out
+
+
+def _embedding_column(embeddings: np.ndarray) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(embeddings.reshape(-1), pa.float32()), embeddings.shape[1])
+
+
+def write_doc_embeddings(path: Path, ids: list[str], langs: list[str], embeddings: np.ndarray) -> None:
+    pq.write_table(pa.table({"id": ids, "lang": langs, "embedding": _embedding_column(embeddings)}), path)
+
+
+def run(params: Params) -> dict[str, Any]:
+    start = time.perf_counter()
+    labels = read_labels(params.labels_path, params.seed)
+    docs = read_table(params.docs_dir, ["id", "text", "lang"]).to_pydict()
+    encoder = Encoder(params.encoder, params.max_length, params.batch_size, resolve_workers(params.num_threads),
+                      params.backend, params.quantize)
+    t0 = time.perf_counter()
+    label_emb = embed(encoder, [r["text"] for r in labels], [r["lang"] for r in labels], params.embed_languages)
+    doc_emb = embed(encoder, docs["text"], docs["lang"], params.embed_languages)
+    encode_seconds = time.perf_counter() - t0
+    with atomic_dir(params.out_dir) as tmp:
+        table = pa.Table.from_pylist(labels)
+        pq.write_table(table.append_column("embedding", _embedding_column(label_emb)), tmp / "labels.parquet")
+        write_doc_embeddings(tmp / "docs.parquet", docs["id"], docs["lang"], doc_emb)
+    num_encoded = sum(lang in params.embed_languages for lang in [*docs["lang"], *(r["lang"] for r in labels)])
+    metrics = {
+        "num_labels": len(labels),
+        "num_docs": len(docs["id"]),
+        "num_encoded": num_encoded,
+        "encode_seconds": encode_seconds,
+        "encoded_per_s": num_encoded / max(encode_seconds, 1e-9),
+        "seconds": time.perf_counter() - start,
+        "embedding_dim": encoder.dim,
+    }
+    write_json(params.metrics_path, metrics)
+    log.info("semantic_embed: %d labels + %d docs, %d encoded at %.0f/s", len(labels), len(docs["id"]),
+             num_encoded, metrics["encoded_per_s"])
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(STAGE, Params, run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""`semantic_head` stage: train the semantic filter's classification head on the labelled examples.
+
+One head per language with enough labels (plus a pooled head for every other language): multinomial
+logistic regression over the sentence embedding, hashed n-grams and layout features
+(stages/common/semantic.py). A deterministic hash of each example's id puts it in train or validation.
+Outputs, so that choosing a threshold (stage `semantic_filter`) needs neither embedding nor training:
+
+    <out_dir>/head.safetensors   weights of every head (prefix `<lang>.`)
+    <out_dir>/head.json          classes, feature settings, languages
+    <out_dir>/validation.parquet lang, id, label, category, p_keep, predicted category
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from safetensors.torch import save_file
+
+from stages.common.atomic import atomic_dir, write_json
+from stages.common.cli import stage_main
+from stages.common.semantic import KEEP, Features, NgramParams, binary_report, predict, train_head
+
+log = logging.getLogger("refinery.semantic_head")
+STAGE = "semantic_head"
+POOLED = "*"
+
+
+@dataclass(frozen=True)
+class Params:
+    embeddings_dir: str = "data/semantic/embeddings"
+    out_dir: str = "models/semantic_head"
+    metrics_path: str = "metrics/semantic_head.json"
+    seed: int = 0
+    val_fraction: float = 0.2
+    min_labels_per_class: int = 20  # a language with fewer examples of keep or drop uses the pooled head
+    l2: float = 1e-4
+    max_iter: int = 200  # L-BFGS iterations
+    ngrams: NgramParams = field(default_factory=NgramParams)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"param 'semantic_head.val_fraction' must be in (0, 1), got {self.val_fraction}")
+
+
+def is_validation(example_id: str, fraction: float) -> bool:
+    digest = hashlib.blake2b(example_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < fraction
+
+
+def class_names(labels: list[dict[str, Any]]) -> list[str]:
+    categories = sorted({r["category"] or "low_score" for r in labels if r["label"] != KEEP})
+    return [KEEP, *categories]
+
+
+def run(params: Params) -> dict[str, Any]:
+    start = time.perf_counter()
+    table = pq.read_table(f"{params.embeddings_dir}/labels.parquet")
+    labels = table.drop_columns(["embedding"]).to_pylist()
+    embeddings = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(labels), -1)
+    classes = class_names(labels)
+    targets = np.array([classes.index(KEEP if r["label"] == KEEP else (r["category"] or "low_score"))
+                        for r in labels])
+    features = Features.build([r["text"] for r in labels], [r["lang"] for r in labels], embeddings, params.ngrams)
+    val = np.array([is_validation(r["id"], params.val_fraction) for r in labels])
+    langs = np.array([r["lang"] for r in labels])
+
+    def enough(rows: np.ndarray) -> bool:
+        keep = int((targets[rows] == 0).sum())
+        return keep >= params.min_labels_per_class and len(rows) - keep >= params.min_labels_per_class
+
+    groups = {POOLED: np.flatnonzero(~val)}
+    for lang in sorted(set(langs)):
+        train_rows = np.flatnonzero((langs == lang) & ~val)
+        if enough(train_rows):
+            groups[lang] = train_rows
+    if not enough(groups[POOLED]):
+        raise ValueError(f"need at least {params.min_labels_per_class} keep and drop training examples")
+    heads, tensors = {}, {}
+    for name, rows in groups.items():
+        heads[name] = train_head(features.subset(rows), targets[rows], len(classes), params.ngrams.num_buckets,
+                                 params.l2, params.max_iter, params.seed)
+        tensors.update({f"{name}.{k}": v.contiguous() for k, v in heads[name].state_dict().items()})
+        log.info("semantic_head: trained head %r on %d examples", name, len(rows))
+    val_rows = np.flatnonzero(val)
+    probs = predict(heads, POOLED, features.subset(val_rows), langs[val_rows])
+    validation = pa.table({
+        "id": [labels[r]["id"] for r in val_rows],
+        "lang": [labels[r]["lang"] for r in val_rows],
+        "label": [labels[r]["label"] for r in val_rows],
+        "category": [labels[r]["category"] for r in val_rows],
+        "p_keep": probs[:, 0],
+        "predicted": [classes[int(np.argmax(p[1:])) + 1] for p in probs],
+    })
+    config = {"classes": classes, "heads": sorted(heads), "pooled": POOLED, "embedding_dim": embeddings.shape[1],
+              "ngrams": dataclasses.asdict(params.ngrams)}
+    with atomic_dir(params.out_dir) as tmp:
+        save_file(tensors, str(tmp / "head.safetensors"))
+        (tmp / "head.json").write_text(json.dumps(config, indent=2) + "\n")
+        pq.write_table(validation, tmp / "validation.parquet")
+    metrics: dict[str, Any] = {"num_train": int((~val).sum()), "num_validation": int(val.sum()),
+                               "classes": len(classes), "seconds": time.perf_counter() - start}
+    is_drop = np.array([labels[r]["label"] != KEEP for r in val_rows])
+    for lang in sorted(set(validation.column("lang").to_pylist())):
+        rows = np.array([labels[r]["lang"] == lang for r in val_rows])
+        for key, value in binary_report(probs[rows, 0], is_drop[rows], 0.5).items():
+            metrics[f"val_at_0.5.{lang}.{key}"] = value
+    write_json(params.metrics_path, metrics)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(STAGE, Params, run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()

