@@ -35,8 +35,9 @@ demo: install .dvc/config
 test: install
 	$(BIN)/python -m pytest
 
+# One script per benchmark; each writes bench/results/<name>.{json,md}. Run on an otherwise idle machine.
 bench: install
-	$(BIN)/python bench/clean.py
+	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
 
 # Re-resolve requirements.in into requirements.lock (needs the package index).
 lock:
