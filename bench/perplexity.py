@@ -1,0 +1,226 @@
+"""Benchmark the tokenizer/perplexity stages against the floors of issue #4.
+
+    python bench/perplexity.py                  # all three parts, params.yaml settings, demo corpus
+    python bench/perplexity.py --skip-stages    # only the scoring and shard-reader micro-benchmarks
+
+1. scoring: tokens/s of `score_documents` with the default reference model (the `perplexity.reference`
+   preset, the tokenizer's vocabulary size, `perplexity.precision`) on real demo documents when the
+   clean docs exist, else on synthetic ones. Floor: >= 20,000 tokens/s on 2 cores.
+2. shard reader: training windows/s served by `TierSampler` from memory-mapped shards, against the
+   tokens/s at which the same model trains on them (`train_step`, same batch and precision).
+   Floor: the reader is >= 100x faster.
+3. stages: runs `tokenizer` and `perplexity` with params.yaml settings on the demo corpus in a temp
+   folder (their wall time is the demo's cost) and reads the tier floor from the metrics: the mean
+   perplexity of the hard tier >= 2x the easy tier's in each language, and the reference LM's
+   validation perplexity.
+
+Timings on a shared machine are noisy: each micro-benchmark reports the best and the median of several
+repeats. Results: bench/results/perplexity.json and perplexity.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from stages import perplexity, tokenizer  # noqa: E402
+from stages.common import tokenizer as bpe  # noqa: E402
+from stages.common.io import read_table  # noqa: E402
+from stages.common.model import Transformer, preset  # noqa: E402
+from stages.common.params import load_section  # noqa: E402
+from stages.common.scoring import score_documents  # noqa: E402
+from stages.common.shards import TIERS, TierMix, TierSampler, TokenShard, TokenShardWriter  # noqa: E402
+from stages.common.training import (configure_optimizer, make_scheduler, resolve_precision,  # noqa: E402
+                                    seed_everything, train_step)
+
+RESULTS = ROOT / "bench" / "results"
+SCORING_FLOOR = 20_000
+READER_FLOOR = 100
+TIER_FLOOR = 2.0
+
+
+def repeat(fn, repeats: int) -> list[float]:
+    fn()  # warm-up: allocator, oneDNN kernel selection
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def demo_docs(tok_params: tokenizer.Params, num_tokens: int) -> tuple[list[np.ndarray], str]:
+    """About `num_tokens` tokens of demo documents (every n-th doc, so both languages and all lengths),
+    or synthetic documents with the demo's length profile when the clean docs or tokenizer are absent."""
+    docs_dir, tok_dir = ROOT / tok_params.input_dir, ROOT / tok_params.out_dir
+    if (docs_dir / "part-00000.parquet").is_file() and (tok_dir / bpe.TOKENIZER_FILE).is_file():
+        texts = read_table(docs_dir, ["text"]).column("text").to_pylist()
+        encoded = bpe.encode(bpe.load(tok_dir), texts[::7])
+        docs, total = [], 0
+        for ids in encoded:
+            docs.append(ids)
+            total += len(ids)
+            if total >= num_tokens:
+                break
+        return docs, f"demo documents ({len(docs)} docs, every 7th)"
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(5.6, 0.6, size=num_tokens // 250), 20, 4000).astype(int)
+    return [rng.integers(2, tok_params.vocab_size, size=n) for n in lengths], "synthetic documents"
+
+
+def bench_scoring(params: perplexity.Params, tok_params: tokenizer.Params, repeats: int) -> dict:
+    seed_everything(0)
+    device = torch.device("cpu")
+    precision = resolve_precision(params.precision, device)
+    model = Transformer(preset(params.reference.preset, tok_params.vocab_size)).eval()
+    docs, source = demo_docs(tok_params, 200_000)
+    num_tokens = sum(min(len(d), params.max_score_tokens or len(d)) for d in docs)
+    times = repeat(lambda: score_documents(model, docs, 0, params.max_score_tokens, params.score_batch_tokens,
+                                           precision, device), repeats)
+    return {
+        "preset": params.reference.preset, "vocab_size": tok_params.vocab_size, "precision": precision,
+        "num_params": model.num_params(), "docs": source, "num_tokens": num_tokens, "threads": torch.get_num_threads(),
+        "tokens_per_s_best": round(num_tokens / min(times)),
+        "tokens_per_s_median": round(num_tokens / statistics.median(times)),
+        "floor": SCORING_FLOOR, "pass": num_tokens / statistics.median(times) >= SCORING_FLOOR,
+    }
+
+
+def bench_reader(params: perplexity.Params, tok_params: tokenizer.Params, repeats: int) -> dict:
+    seed_everything(0)
+    device = torch.device("cpu")
+    precision = resolve_precision(params.precision, device)
+    cfg = preset(params.reference.preset, tok_params.vocab_size)
+    batch_size, seq_len = params.reference.batch_size, cfg.max_seq_len
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, tier in enumerate(TIERS):  # 3 x 2M tokens, like the demo's shards
+            writer = TokenShardWriter(Path(tmp) / tier, tok_params.vocab_size, 0)
+            for _ in range(4000):
+                writer.add(rng.integers(1, tok_params.vocab_size, size=500))
+            writer.close()
+        shards = {tier: TokenShard(Path(tmp) / tier) for tier in TIERS}
+        sampler = TierSampler(shards, TierMix(), seq_len, batch_size, total_steps=1000, seed=0)
+        num_batches = 200
+        read_times = repeat(lambda: [sampler.batch(step) for step in range(num_batches)], repeats)
+        read_tps = num_batches * batch_size * seq_len / statistics.median(read_times)
+
+        model = Transformer(cfg)
+        optimizer = configure_optimizer(model, params.reference.optim, device)
+        scheduler = make_scheduler(optimizer, params.reference.optim, 10_000)
+        steps = iter(range(10_000))
+
+        def train_steps(n: int = 5) -> None:
+            for _ in range(n):
+                batch = sampler.batch(next(steps))
+                train_step(model, optimizer, scheduler, batch.inputs, batch.targets, precision,
+                           params.reference.optim.grad_clip)
+
+        train_times = repeat(train_steps, max(2, repeats // 2))
+        train_tps = 5 * batch_size * seq_len / statistics.median(train_times)
+    return {
+        "batch_size": batch_size, "seq_len": seq_len, "precision": precision,
+        "reader_tokens_per_s": round(read_tps), "train_tokens_per_s": round(train_tps),
+        "train_tokens_per_s_best": round(5 * batch_size * seq_len / min(train_times)),
+        "ratio": round(read_tps / train_tps, 1), "floor": READER_FLOOR, "pass": read_tps / train_tps >= READER_FLOOR,
+    }
+
+
+def bench_stages(tok_params: tokenizer.Params, params: perplexity.Params) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        tok_p = dataclasses.replace(tok_params, input_dir=str(ROOT / tok_params.input_dir), out_dir=f"{tmp}/tokenizer",
+                                    metrics_path=f"{tmp}/tokenizer.json")
+        t0 = time.perf_counter()
+        tok_metrics = tokenizer.run(tok_p)
+        tok_seconds = time.perf_counter() - t0
+        ppl_p = dataclasses.replace(params, input_dir=str(ROOT / params.input_dir), tokenizer_dir=tok_p.out_dir,
+                                    out_dir=f"{tmp}/perplexity", model_dir=f"{tmp}/reference_lm",
+                                    metrics_path=f"{tmp}/perplexity.json", plot_path=f"{tmp}/hist.csv")
+        t0 = time.perf_counter()
+        metrics = perplexity.run(ppl_p)
+        ppl_seconds = time.perf_counter() - t0
+    langs = sorted(k.split(".")[1] for k in metrics if k.startswith("hard_easy_ratio."))
+    ratios = {lang: metrics[f"hard_easy_ratio.{lang}"] for lang in langs}
+    return {
+        "tokenizer_seconds": round(tok_seconds, 1), "perplexity_seconds": round(ppl_seconds, 1),
+        "perplexity_seconds_by_phase": {k.split(".")[1]: v for k, v in metrics.items() if k.startswith("seconds.")},
+        "chars_per_token": {k.split(".")[1]: v for k, v in tok_metrics.items() if k.startswith("chars_per_token.")},
+        "num_docs": metrics["num_docs"], "num_tokens": metrics["num_tokens"],
+        "num_scored_tokens": metrics["num_scored_tokens"], "stage_score_tokens_per_s": metrics["score_tokens_per_s"],
+        "reference_train_tokens_per_s": metrics.get("reference.train_tokens_per_s"),
+        "reference_val_perplexity": metrics["reference.val_perplexity"], "val_perplexity": metrics["val_perplexity"],
+        "reference_final_loss": metrics.get("reference.final_loss"),
+        "hard_easy_ratio": ratios,
+        "mean_perplexity": {lang: {t: metrics[f"mean_perplexity.{lang}.{t}"] for t in TIERS} for lang in langs},
+        "docs_per_tier": {lang: {t: metrics[f"docs.{lang}.{t}"] for t in TIERS} for lang in langs},
+        "floor": TIER_FLOOR, "pass": all(r >= TIER_FLOOR for r in ratios.values()),
+    }
+
+
+def write_markdown(results: dict, path: Path) -> None:
+    lines = ["# perplexity benchmark", "", f"machine: {results['machine']}", ""]
+    s = results["scoring"]
+    lines += ["## scoring (floor: >= 20,000 tokens/s on 2 cores)", "",
+              f"- model `{s['preset']}` ({s['num_params'] / 1e6:.2f}M params, vocab {s['vocab_size']}), "
+              f"{s['precision']}, "
+              f"{s['threads']} threads, {s['num_tokens']} tokens of {s['docs']}",
+              f"- **{s['tokens_per_s_median']:,} tokens/s** median (best {s['tokens_per_s_best']:,}): "
+              f"{'PASS' if s['pass'] else 'FAIL'}", ""]
+    r = results["reader"]
+    lines += ["## shard reader vs training (floor: reader >= 100x faster)", "",
+              f"- batch {r['batch_size']} x {r['seq_len']} tokens, {r['precision']}",
+              f"- reader **{r['reader_tokens_per_s']:,} tokens/s**, training {r['train_tokens_per_s']:,} tokens/s "
+              f"(best {r['train_tokens_per_s_best']:,}): **{r['ratio']}x** {'PASS' if r['pass'] else 'FAIL'}", ""]
+    if "stages" in results:
+        st = results["stages"]
+        lines += ["## stages on the demo corpus (floor: hard-tier mean perplexity >= 2x easy, per language)", "",
+                  f"- tokenizer stage {st['tokenizer_seconds']} s, perplexity stage {st['perplexity_seconds']} s "
+                  f"(phases: {st['perplexity_seconds_by_phase']})",
+                  f"- {st['num_docs']} docs, {st['num_tokens']:,} tokens ({st['num_scored_tokens']:,} scored, "
+                  f"{st['stage_score_tokens_per_s']:,.0f} tokens/s in the stage); chars/token {st['chars_per_token']}",
+                  f"- reference LM: validation perplexity **{st['reference_val_perplexity']}** (all validation docs: "
+                  f"{st['val_perplexity']}), final train loss {st['reference_final_loss']}, "
+                  f"{st['reference_train_tokens_per_s']} tokens/s",
+                  f"- hard/easy mean perplexity: **{st['hard_easy_ratio']}** {'PASS' if st['pass'] else 'FAIL'}",
+                  f"- mean perplexity per tier: {st['mean_perplexity']}",
+                  f"- documents per tier: {st['docs_per_tier']}", ""]
+    path.write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-stages", action="store_true", help="only the scoring and reader micro-benchmarks")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    tok_params = load_section("tokenizer", tokenizer.Params)
+    params = load_section("perplexity", perplexity.Params)
+    results: dict = {"machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+                                 "torch": torch.__version__}}
+    results["scoring"] = bench_scoring(params, tok_params, args.repeats)
+    print(json.dumps(results["scoring"]), flush=True)
+    results["reader"] = bench_reader(params, tok_params, args.repeats)
+    print(json.dumps(results["reader"]), flush=True)
+    if not args.skip_stages:
+        results["stages"] = bench_stages(tok_params, params)
+        print(json.dumps(results["stages"]), flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "perplexity.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(results, RESULTS / "perplexity.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""`perplexity` stage: train a reference LM, score every document, tier by per-language percentiles,
+and write the tiered token shards the `train` stage reads.
+
+1. tokenize every document (parallel, Rust) into a scratch token file, in input order;
+2. reference LM: trained on the reference subset's training-split documents (the top
+   `reference.subset_fraction` of each language by `quality_score` when the input has that column,
+   else a seeded hash sample) or on the user's `reference.input_dir`, or loaded from
+   `reference.checkpoint` (those two paths are not DVC deps: add them to dvc.yaml to have them tracked);
+3. score every document (`stages.common.scoring`): perplexity = exp(mean token NLL);
+4. cutoffs per language at `percentiles` (or pooled, or frozen from a CSV) -> easy/medium/hard;
+5. write, streaming the input again:
+
+    <out_dir>/docs/part-*.parquet          input columns + perplexity, tier, split, num_tokens
+    <out_dir>/tokens/{train,val}/{easy,medium,hard}.bin|.idx.npy   token shards (stages.common.shards)
+    <out_dir>/tokens/manifest.json         vocabulary, eos id, dtype, docs and tokens per shard
+    <out_dir>/cutoffs.csv                  lang, easy_max, medium_max, num_docs, source
+    <model_dir>/model.safetensors          the reference LM (config in its metadata)
+
+plus `metrics_path` and `plot_path` (per-language histogram of log10 perplexity, cutoffs marked).
+Every document lands in exactly one (split, tier) shard; checked before anything is published.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from stages.common import tokenizer as bpe
+from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.cli import stage_main
+from stages.common.io import ShardWriter, iter_rows, read_table
+from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset, save_checkpoint
+from stages.common.scoring import (CUTOFF_COLUMNS, HISTOGRAM_COLUMNS, POOLED, assign_tiers, compute_cutoffs,
+                                   cutoff_rows, histogram_rows, read_cutoffs, score_documents)
+from stages.common.shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
+from stages.common.training import OptimParams, fit, resolve_precision, seed_everything
+
+log = logging.getLogger("refinery.perplexity")
+STAGE = "perplexity"
+QUALITY_COLUMN = "quality_score"
+NEW_COLUMNS = [("perplexity", pa.float32()), ("tier", pa.string()), ("split", pa.string()), ("num_tokens", pa.int32())]
+
+
+@dataclass(frozen=True)
+class ReferenceOptim(OptimParams):
+    """The reference LM trains for a few hundred steps: a higher peak rate and a short warmup."""
+    lr: float = 2e-3
+    warmup_steps: int = 30
+
+
+@dataclass(frozen=True)
+class ReferenceParams:
+    checkpoint: str = ""  # score with this checkpoint (e.g. a promoted model) instead of training one
+    input_dir: str = ""  # train on these Parquet docs (id, text) instead of the subset of the input
+    preset: str = "cpu_small"  # stages.common.model.PRESETS
+    subset_fraction: float = 0.3  # per language: the top share by quality_score, else a seeded sample
+    steps: int = 300
+    batch_size: int = 16
+    optim: ReferenceOptim = field(default_factory=ReferenceOptim)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.subset_fraction <= 1:
+            raise ValueError("param 'perplexity.reference.subset_fraction' must be in (0, 1], "
+                             f"got {self.subset_fraction}")
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError("params 'perplexity.reference.steps' and '.batch_size' must be >= 1")
+        if self.checkpoint and self.input_dir:
+            raise ValueError("params 'perplexity.reference.checkpoint' and '.input_dir' exclude each other")
+
+
+@dataclass(frozen=True)
+class Params:
+    input_dir: str = "data/clean/docs"  # Parquet docs: id, text, lang (+ quality_score when present)
+    tokenizer_dir: str = "models/tokenizer"
+    out_dir: str = "data/perplexity"
+    model_dir: str = "models/reference_lm"
+    metrics_path: str = "metrics/perplexity.json"
+    plot_path: str = "metrics/perplexity_hist.csv"
+    seed: int = 0
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda
+    precision: str = "auto"  # auto (bf16 where native) | fp32 | bf16
+    num_threads: int = 0  # torch CPU threads; 0 = torch's default (all cores)
+    val_fraction: float = 0.02  # documents held out (hash of id) for validation
+    percentiles: tuple[float, ...] = (33.3, 66.7)  # cutoffs easy|medium and medium|hard
+    min_docs_per_lang: int = 100  # fewer: the language gets the pooled cutoffs
+    cutoffs_from: str = "all"  # all | reference (the reference subset's scores) | path to a cutoffs CSV
+    max_score_tokens: int = 1024  # leading tokens scored per document; 0 = all
+    score_batch_tokens: int = 8192
+    read_batch_docs: int = 2048  # documents per tokenize/score/write batch (bounds memory)
+    rows_per_shard: int = 100_000
+    reference: ReferenceParams = field(default_factory=ReferenceParams)
+
+    def __post_init__(self) -> None:
+        if len(self.percentiles) != 2 or not 0 < self.percentiles[0] < self.percentiles[1] < 100:
+            raise ValueError(f"param 'perplexity.percentiles' must be two increasing values in (0, 100), "
+                             f"got {list(self.percentiles)}")
+        if not 0 <= self.val_fraction < 1:
+            raise ValueError(f"param 'perplexity.val_fraction' must be in [0, 1), got {self.val_fraction}")
+        if self.cutoffs_from == "reference" and self.reference.input_dir:
+            raise ValueError("param 'perplexity.cutoffs_from: reference' needs the reference subset of the input, "
+                             "not 'reference.input_dir'")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"param 'perplexity.device' must be auto, cpu or cuda, got {self.device!r}")
+        for name in ("max_score_tokens", "min_docs_per_lang", "num_threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"param 'perplexity.{name}' must be >= 0")
+        for name in ("score_batch_tokens", "read_batch_docs", "rows_per_shard"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"param 'perplexity.{name}' must be >= 1")
+
+
+@dataclass
+class Corpus:
+    """Per-document arrays, in input order, and every document's tokens in one scratch shard."""
+    ids: list[str]
+    langs: np.ndarray
+    quality: np.ndarray | None
+    tokens: TokenShard
+
+    def doc(self, i: int) -> np.ndarray:
+        return self.tokens.doc(i)[:-1]  # without the end-of-document token
+
+
+def tokenize_corpus(params: Params, tokenizer: Tokenizer, eos_id: int, scratch: Path) -> Corpus:
+    files = sorted(Path(params.input_dir).glob("part-*.parquet"))
+    if not files:
+        raise ValueError(f"{params.input_dir}: no part-*.parquet files")
+    has_quality = QUALITY_COLUMN in pq.read_schema(files[0]).names
+    columns = ["id", "text", "lang"] + ([QUALITY_COLUMN] if has_quality else [])
+    writer = TokenShardWriter(scratch / "all", tokenizer.get_vocab_size(), eos_id)
+    ids, langs, quality = [], [], []
+    rows = iter_rows(params.input_dir, columns, batch_size=params.read_batch_docs)
+    with tqdm(desc="tokenize", unit="doc", mininterval=2.0) as bar:
+        for batch in _chunks(rows, params.read_batch_docs):
+            for row, doc_ids in zip(batch, bpe.encode(tokenizer, [r["text"] for r in batch])):
+                writer.add(doc_ids)
+                ids.append(row["id"])
+                langs.append(row["lang"])
+                if has_quality:
+                    quality.append(row[QUALITY_COLUMN])
+            bar.update(len(batch))
+    writer.close()
+    if not ids:
+        raise ValueError(f"{params.input_dir}: no documents")
+    return Corpus(ids, np.array(langs, dtype=object),
+                  np.array(quality, dtype=np.float64) if has_quality else None, TokenShard(scratch / "all"))
+
+
+def _chunks(items, size: int):
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def reference_subset(corpus: Corpus, fraction: float, seed: int) -> np.ndarray:
+    """Boolean mask: per language, the top `fraction` by quality score (ties in input order), or, without
+    scores, documents whose seeded hash falls below `fraction`."""
+    if corpus.quality is None:
+        return np.array([hash_unit(f"ref:{doc_id}", seed) < fraction for doc_id in corpus.ids])
+    mask = np.zeros(len(corpus.ids), dtype=bool)
+    for lang in set(corpus.langs.tolist()):
+        members = np.flatnonzero(corpus.langs == lang)
+        order = members[np.argsort(-corpus.quality[members], kind="stable")]
+        mask[order[:max(1, round(fraction * len(members)))]] = True
+    return mask
+
+
+def external_reference(params: Params, tokenizer: Tokenizer) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token ids of the user's reference corpus (`reference.input_dir`): (training docs, validation docs),
+    split by id like the input."""
+    table = read_table(params.reference.input_dir, ["id", "text"])
+    ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
+    is_val = [is_validation(doc_id, params.seed, params.val_fraction) for doc_id in ids]
+    encoded = bpe.encode(tokenizer, texts)
+    return [e for e, v in zip(encoded, is_val) if not v], [e for e, v in zip(encoded, is_val) if v]
+
+
+def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos_id: int, precision: str,
+                    device: torch.device, scratch: Path) -> tuple[Transformer, dict[str, Any]]:
+    ref = params.reference
+    writer = TokenShardWriter(scratch / "reference", vocab_size, eos_id)
+    for doc in docs:
+        writer.add(doc)
+    writer.close()
+    shard = TokenShard(scratch / "reference")
+    seed_everything(params.seed)
+    model = Transformer(preset(ref.preset, vocab_size)).to(device)
+    seq_len = model.config.max_seq_len
+    if shard.num_windows(seq_len) < 1:
+        raise ValueError(f"reference subset holds {shard.num_tokens} tokens, fewer than one {seq_len + 1}-token "
+                         "window: raise reference.subset_fraction or use a preset with a shorter max_seq_len")
+
+    def next_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng([params.seed, step])
+        window = shard.windows(rng.integers(0, shard.num_windows(seq_len), size=ref.batch_size), seq_len)
+        return window[:, :-1], window[:, 1:]
+
+    log.info("perplexity: training reference LM (%s, %.2fM params, %s) on %d docs, %d tokens, %d steps",
+             ref.preset, model.num_params() / 1e6, precision, len(docs), shard.num_tokens, ref.steps)
+    t0 = time.perf_counter()
+    history = fit(model, next_batch, ref.steps, ref.optim, precision, device, desc="reference LM")
+    seconds = time.perf_counter() - t0
+    tail = history[-max(1, len(history) // 10):]
+    return model, {
+        "reference.trained": 1,
+        "reference.num_params": model.num_params(),
+        "reference.num_docs": len(docs),
+        "reference.num_tokens": shard.num_tokens,
+        "reference.steps": ref.steps,
+        "reference.tokens_seen": sum(h.tokens for h in history),
+        "reference.first_loss": round(history[0].loss, 4),
+        "reference.final_loss": round(float(np.mean([h.loss for h in tail])), 4),
+        "reference.train_seconds": round(seconds, 3),
+        "reference.train_tokens_per_s": round(sum(h.tokens for h in history) / seconds, 1),
+    }
+
+
+def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int, precision: str,
+                 device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    num_docs = len(corpus.ids)
+    nll_sum, num_scored = np.zeros(num_docs), np.zeros(num_docs, dtype=np.int64)
+    total = sum(min(len(corpus.doc(i)), params.max_score_tokens or len(corpus.doc(i))) for i in range(num_docs))
+    with tqdm(total=total, desc="score", unit="tok", unit_scale=True, mininterval=2.0) as bar:
+        for lo in range(0, num_docs, params.read_batch_docs):
+            hi = min(num_docs, lo + params.read_batch_docs)
+            nll_sum[lo:hi], num_scored[lo:hi] = score_documents(
+                model, [corpus.doc(i) for i in range(lo, hi)], eos_id, params.max_score_tokens,
+                params.score_batch_tokens, precision, device, progress=bar)
+    return nll_sum, num_scored
+
+
+def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers: np.ndarray, splits: np.ndarray,
+                  vocab_size: int, eos_id: int, out: Path) -> dict[tuple[str, str], TokenShardWriter]:
+    files = sorted(Path(params.input_dir).glob("part-*.parquet"))
+    schema = pq.read_schema(files[0])
+    for name, dtype in NEW_COLUMNS:
+        if name in schema.names:
+            raise ValueError(f"{params.input_dir}: input already has a {name!r} column")
+        schema = schema.append(pa.field(name, dtype))
+    schema = schema.remove_metadata()
+    docs = ShardWriter(out / "docs", schema, params.rows_per_shard)
+    shards = {(split, tier): TokenShardWriter(out / "tokens" / split / tier, vocab_size, eos_id)
+              for split in SPLITS for tier in TIERS}
+    with tqdm(total=len(corpus.ids), desc="write", unit="doc", mininterval=2.0) as bar:
+        for i, row in enumerate(iter_rows(params.input_dir, batch_size=params.read_batch_docs)):
+            if row["id"] != corpus.ids[i]:
+                raise RuntimeError(f"{params.input_dir} changed while the stage ran (row {i})")
+            split, tier = SPLITS[splits[i]], TIERS[tiers[i]]
+            doc_ids = corpus.doc(i)
+            docs.write({**row, "perplexity": float(perplexity[i]), "tier": tier, "split": split,
+                        "num_tokens": len(doc_ids)})
+            shards[split, tier].add(doc_ids)
+            bar.update()
+    docs.close()
+    for writer in shards.values():
+        writer.close()
+    if docs.num_rows != len(corpus.ids) or sum(w.num_docs for w in shards.values()) != len(corpus.ids):
+        raise RuntimeError(f"accounting broken: {len(corpus.ids)} docs scored, {docs.num_rows} written, "
+                           f"{sum(w.num_docs for w in shards.values())} in token shards")
+    return shards
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def run(params: Params) -> dict[str, Any]:
+    """Score and tier `params.input_dir`; return the metrics (also written to `metrics_path`)."""
+    start = time.perf_counter()
+    if params.num_threads:
+        torch.set_num_threads(params.num_threads)
+    device = resolve_device(params.device)
+    precision = resolve_precision(params.precision, device)
+    tokenizer = bpe.load(params.tokenizer_dir)
+    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(params.tokenizer_dir))
+    vocab_size = tokenizer.get_vocab_size()
+    seconds: dict[str, float] = {}
+    with atomic_dir(params.out_dir) as out, atomic_dir(params.model_dir) as model_out:
+        scratch = out / "_scratch"
+        t0 = time.perf_counter()
+        corpus = tokenize_corpus(params, tokenizer, eos_id, scratch)
+        num_docs = len(corpus.ids)
+        splits = np.array([is_validation(i, params.seed, params.val_fraction) for i in corpus.ids], dtype=np.int8)
+        in_reference = reference_subset(corpus, params.reference.subset_fraction, params.seed)
+        seconds["tokenize"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        if params.reference.checkpoint:
+            model = load_checkpoint(params.reference.checkpoint, device)
+            if model.config.vocab_size != vocab_size:
+                raise ValueError(f"{params.reference.checkpoint}: vocabulary {model.config.vocab_size} != "
+                                 f"tokenizer's {vocab_size}")
+            reference_metrics: dict[str, Any] = {"reference.trained": 0, "reference.num_params": model.num_params()}
+        elif params.reference.input_dir:
+            in_reference[:] = False  # the input's documents are all unseen by the reference LM
+            train_docs, val_docs = external_reference(params, tokenizer)
+            model, reference_metrics = train_reference(params, train_docs, vocab_size, eos_id, precision, device,
+                                                       scratch)
+            nll, num_scored = score_documents(model, val_docs, eos_id, params.max_score_tokens,
+                                              params.score_batch_tokens, precision, device)
+            reference_metrics["reference.val_perplexity"] = round(float(np.exp(nll.sum() / num_scored.sum())), 4)
+            reference_metrics["reference.val_num_docs"] = len(val_docs)
+        else:
+            train_docs = [corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0))]
+            model, reference_metrics = train_reference(params, train_docs, vocab_size, eos_id, precision, device,
+                                                       scratch)
+        save_checkpoint(model, model_out / CHECKPOINT_NAME)
+        seconds["reference"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        nll_sum, num_scored = score_corpus(params, model, corpus, eos_id, precision, device)
+        perplexity = np.exp(nll_sum / num_scored)
+        seconds["score"] = time.perf_counter() - t0
+
+        if params.cutoffs_from == "all":
+            cutoffs = compute_cutoffs(perplexity, corpus.langs, params.percentiles, params.min_docs_per_lang)
+        elif params.cutoffs_from == "reference":
+            cutoffs = compute_cutoffs(perplexity[in_reference], corpus.langs[in_reference], params.percentiles,
+                                      params.min_docs_per_lang)
+        else:
+            cutoffs = read_cutoffs(params.cutoffs_from)
+        tiers = assign_tiers(perplexity, corpus.langs, cutoffs)
+
+        t0 = time.perf_counter()
+        shards = write_outputs(params, corpus, perplexity, tiers, splits, vocab_size, eos_id, out)
+        shutil.rmtree(scratch)
+        write_csv(out / "cutoffs.csv", CUTOFF_COLUMNS, cutoff_rows(cutoffs))
+        write_json(out / "tokens" / "manifest.json", {
+            "vocab_size": vocab_size, "eos_id": eos_id, "dtype": shards["train", "easy"].dtype.name,
+            "tiers": list(TIERS), "splits": list(SPLITS),
+            "shards": {f"{split}/{tier}": {"num_docs": w.num_docs, "num_tokens": w.num_tokens}
+                       for (split, tier), w in shards.items()},
+        })
+        seconds["write"] = time.perf_counter() - t0
+
+    metrics = summarize(params, corpus, perplexity, nll_sum, num_scored, tiers, splits, in_reference, cutoffs,
+                        shards, reference_metrics, seconds, time.perf_counter() - start)
+    write_json(params.metrics_path, metrics)
+    write_csv(params.plot_path, HISTOGRAM_COLUMNS, histogram_rows(perplexity, corpus.langs, cutoffs))
+    log.info("perplexity: %d docs, %d tokens; reference val ppl %.2f; hard/easy %s; %.1fs", num_docs,
+             metrics["num_tokens"], metrics.get("reference.val_perplexity", float("nan")),
+             {k.split(".")[1]: v for k, v in metrics.items() if k.startswith("hard_easy_ratio.")}, metrics["seconds"])
+    return metrics
+
+
+def summarize(params: Params, corpus: Corpus, perplexity: np.ndarray, nll_sum: np.ndarray, num_scored: np.ndarray,
+              tiers: np.ndarray, splits: np.ndarray, in_reference: np.ndarray, cutoffs: dict, shards: dict,
+              reference_metrics: dict[str, Any], seconds: dict[str, float], total_seconds: float) -> dict[str, Any]:
+    def corpus_ppl(mask: np.ndarray) -> float:  # token-weighted, as validation perplexity is usually reported
+        return round(float(np.exp(nll_sum[mask].sum() / num_scored[mask].sum())), 4) if mask.any() else float("nan")
+
+    val = splits == 1
+    metrics: dict[str, Any] = {
+        "num_docs": len(corpus.ids),
+        "num_tokens": int(sum(w.num_tokens - w.num_docs for w in shards.values())),
+        "num_scored_tokens": int(num_scored.sum()),
+        # the reference LM's own validation documents: the subset's, unless it trained on reference.input_dir
+        "reference.val_perplexity": corpus_ppl(val & in_reference),
+        "reference.val_num_docs": int((val & in_reference).sum()),
+        **reference_metrics,
+        "val_perplexity": corpus_ppl(val),
+        "num_val_docs": int(val.sum()),
+        "num_pooled_langs": sum(1 for lang, c in cutoffs.items() if lang != POOLED and c.source == "pooled"),
+        "score_tokens_per_s": round(float(num_scored.sum()) / seconds["score"], 1),
+        **{f"seconds.{k}": round(v, 3) for k, v in seconds.items()},
+        "seconds": round(total_seconds, 3),
+    }
+    for (split, tier), writer in sorted(shards.items()):
+        metrics[f"docs.{split}.{tier}"] = writer.num_docs
+        metrics[f"tokens.{split}.{tier}"] = writer.num_tokens - writer.num_docs  # end-of-document ids not counted
+    for lang in sorted(set(corpus.langs.tolist())):
+        in_lang = corpus.langs == lang
+        c = cutoffs.get(lang, cutoffs[POOLED])
+        metrics[f"cutoffs.{lang}.easy_max"] = round(c.easy_max, 4)
+        metrics[f"cutoffs.{lang}.medium_max"] = round(c.medium_max, 4)
+        metrics[f"cutoffs.{lang}.pooled"] = int(c.source != "lang")
+        means = {}
+        for t, tier in enumerate(TIERS):
+            mask = in_lang & (tiers == t)
+            metrics[f"docs.{lang}.{tier}"] = int(mask.sum())
+            means[tier] = float(perplexity[mask].mean()) if mask.any() else float("nan")
+            metrics[f"mean_perplexity.{lang}.{tier}"] = round(means[tier], 4)
+        metrics[f"hard_easy_ratio.{lang}"] = round(means["hard"] / means["easy"], 4)
+        metrics[f"median_perplexity.{lang}"] = round(float(np.median(perplexity[in_lang])), 4)
+        # How much lower the reference LM scores its own training documents than unseen ones (membership bias).
+        seen, unseen = in_lang & in_reference & (splits == 0), in_lang & ~in_reference
+        if seen.any() and unseen.any():
+            bias = np.median(perplexity[unseen]) / np.median(perplexity[seen])
+            metrics[f"reference_bias.{lang}"] = round(float(bias), 4)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(STAGE, Params, run, __doc__, argv)
+
+if __name__ == "__main__":
+    main()

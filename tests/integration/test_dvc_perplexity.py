@@ -1,0 +1,65 @@
+"""A real `dvc repro perplexity` (demo_corpus -> clean -> tokenizer -> perplexity) on a tiny config."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stages.common.shards import TIERS, open_tiers
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+
+
+def sh(args: list[str], cwd: Path) -> str:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def dvc_repo(repo_copy: Path) -> Path:
+    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
+    params["demo_corpus"].update(num_docs=400, num_shards=2)
+    # Straight from `clean`, whatever the default input becomes, so this test stays about these two stages.
+    params["tokenizer"].update(input_dir="data/clean/docs", vocab_size=512)
+    params["perplexity"].update(input_dir="data/clean/docs", min_docs_per_lang=10, val_fraction=0.1, num_threads=1)
+    params["perplexity"]["reference"].update(preset="debug", steps=20, batch_size=8)
+    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    sh(["git", "init", "--quiet"], repo_copy)
+    sh([str(BIN / "dvc"), "init", "--quiet"], repo_copy)
+    sh([str(BIN / "dvc"), "config", "core.analytics", "false"], repo_copy)
+    return repo_copy
+
+
+def test_repro_perplexity_then_nothing_to_do(dvc_repo: Path):
+    out = sh([str(BIN / "dvc"), "repro", "perplexity"], dvc_repo)
+    assert "Running stage 'tokenizer'" in out and "Running stage 'perplexity'" in out
+    metrics = json.loads((dvc_repo / "metrics" / "perplexity.json").read_text())
+    num_kept = json.loads((dvc_repo / "metrics" / "clean.json").read_text())["num_kept"]
+    assert metrics["num_docs"] == num_kept > 0
+    assert sum(metrics[f"docs.{lang}.{tier}"] for lang in ("en", "zh") for tier in TIERS) == num_kept
+    assert metrics["reference.val_perplexity"] > 1
+    for path in ("data/perplexity/_SUCCESS", "models/reference_lm/model.safetensors", "models/tokenizer/tokenizer.json",
+                 "data/perplexity/cutoffs.csv", "metrics/perplexity_hist.csv", "metrics/tokenizer.json"):
+        assert (dvc_repo / path).is_file(), path
+    shards = open_tiers(dvc_repo / "data" / "perplexity" / "tokens", "train")
+    assert sum(s.num_docs for s in shards.values()) == sum(metrics[f"docs.train.{t}"] for t in TIERS)
+    lock = yaml.safe_load((dvc_repo / "dvc.lock").read_text())
+    assert {"tokenizer", "perplexity"} <= set(lock["stages"])
+
+    again = sh([str(BIN / "dvc"), "repro", "perplexity"], dvc_repo)
+    assert "Running stage" not in again
+
+    # The distribution plot renders with its custom template (tiers coloured, cutoffs marked).
+    plots = json.loads(sh([str(BIN / "dvc"), "plots", "show", "--json", "metrics/perplexity_hist.csv"], dvc_repo))
+    spec = plots["data"]["metrics/perplexity_hist.csv"][0]["content"]
+    assert spec["facet"]["row"]["field"] == "lang" and len(spec["spec"]["layer"]) == 2
+    assert any(row["kind"] == "cutoff" for row in spec["data"]["values"])
