@@ -3,13 +3,17 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the venv's bin: dvc, and the `python` dvc.yaml commands run
 SHARED_DEVSET = ROOT.parent / "shared" / "devset"
 
 
@@ -54,3 +58,19 @@ def load_bench(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def sh(args: list[str], cwd: Path, timeout: int = 600) -> str:
+    """Run a real command with the venv first on PATH; fail the test with its output if it fails."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def init_dvc_repo(repo: Path) -> Path:
+    """Make `repo` a fresh git + DVC repository with analytics off."""
+    sh(["git", "init", "--quiet"], repo)
+    sh([str(BIN / "dvc"), "init", "--quiet"], repo)
+    sh([str(BIN / "dvc"), "config", "core.analytics", "false"], repo)
+    return repo

@@ -2,26 +2,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from stages.common.shards import TIERS, open_tiers
+from tests.conftest import BIN, init_dvc_repo, sh
 
 pytestmark = pytest.mark.integration
-
-BIN = Path(sys.executable).parent
-
-
-def sh(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout + proc.stderr
 
 
 @pytest.fixture
@@ -33,10 +22,7 @@ def dvc_repo(repo_copy: Path) -> Path:
     params["perplexity"].update(input_dir="data/clean/docs", min_docs_per_lang=10, val_fraction=0.1, num_threads=1)
     params["perplexity"]["reference"].update(preset="debug", steps=20, batch_size=8)
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
-    sh(["git", "init", "--quiet"], repo_copy)
-    sh([str(BIN / "dvc"), "init", "--quiet"], repo_copy)
-    sh([str(BIN / "dvc"), "config", "core.analytics", "false"], repo_copy)
-    return repo_copy
+    return init_dvc_repo(repo_copy)
 
 
 def test_repro_perplexity_then_nothing_to_do(dvc_repo: Path):

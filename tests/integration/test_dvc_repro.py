@@ -2,24 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import BIN, init_dvc_repo, sh
+
 pytestmark = pytest.mark.integration
-
-BIN = Path(sys.executable).parent
-
-
-def sh(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout + proc.stderr
 
 
 @pytest.fixture
@@ -28,10 +18,7 @@ def dvc_repo(repo_copy: Path) -> Path:
     params["demo_corpus"]["num_docs"] = 600
     params["demo_corpus"]["num_shards"] = 2
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    sh(["git", "init", "--quiet"], repo_copy)
-    sh([str(BIN / "dvc"), "init", "--quiet"], repo_copy)
-    sh([str(BIN / "dvc"), "config", "core.analytics", "false"], repo_copy)
-    return repo_copy
+    return init_dvc_repo(repo_copy)
 
 
 CHAIN = ["demo_corpus", "clean", "semantic_embed", "semantic_head", "semantic_filter"]
