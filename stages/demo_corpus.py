@@ -76,6 +76,7 @@ import functools
 import gzip
 import html
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import json
@@ -1338,6 +1339,30 @@ def real_articles(rng: random.Random) -> list[str]:
     return articles
 
 
+LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@functools.cache
+def locked_distributions() -> frozenset[str]:
+    """The distributions pinned in requirements.lock: licences and catalogs are read from these only, so
+    the corpus does not change with whatever else happens to be installed next to them."""
+    lines = LOCK_FILE.read_text(encoding="utf-8").splitlines()
+    return frozenset(_canonical(line.split("==")[0]) for line in lines if "==" in line and not line.startswith("#"))
+
+
+def _locked_dist_info(folder: Path) -> bool:
+    return _canonical(folder.name[: -len(".dist-info")].rsplit("-", 1)[0]) in locked_distributions()
+
+
+def _locked_package(top_level: str) -> bool:
+    dists = importlib.metadata.packages_distributions().get(top_level, [])
+    return any(_canonical(d) in locked_distributions() for d in dists)
+
+
 def _site_packages() -> list[Path]:
     """The folders that the installed distributions live in (purelib and platlib; usually one)."""
     paths = sysconfig.get_paths()
@@ -1353,7 +1378,7 @@ def licence_texts() -> tuple[tuple[str, tuple[str, ...]], ...]:
     seen: set[str] = set()
     texts = []
     for root in _site_packages():
-        for dist in sorted(root.glob("*.dist-info")):
+        for dist in sorted(d for d in root.glob("*.dist-info") if _locked_dist_info(d)):
             for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
                 text = path.read_text(encoding="utf-8", errors="replace")
                 text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
@@ -1438,7 +1463,7 @@ def po_catalogs() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
     catalogs = []
     for root in _site_packages():
         paths = sorted({p for pattern in ("*/*/zh*/LC_MESSAGES/*.po", "*/*/*/zh*/LC_MESSAGES/*.po")
-                        for p in root.glob(pattern)})
+                        for p in root.glob(pattern) if _locked_package(p.relative_to(root).parts[0])})
         for path in paths:
             variant = "zh_TW" if re.search(r"zh[_-](TW|HK|MO|Hant)", path.parent.parent.name) else "zh_CN"
             msgs = [m for m in dict.fromkeys(po_messages(path.read_text(encoding="utf-8", errors="replace")))
