@@ -85,7 +85,6 @@ class QualityRules:
         return min(self.p.min_chars, self.p.min_cjk_chars)
 
     def check(self, text: str, lang: str) -> str | None:
-        p = self.p
         tokens = _tokens(text, lang)
         if lang in CJK_LANGS:
             reason = self._check_cjk(text, tokens)
