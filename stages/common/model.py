@@ -138,12 +138,14 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.wk(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
-        v = self.wv(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        # Head counts come from the projections' output widths (-1), not the config: under tensor
+        # parallelism each rank holds only its share of the heads.
+        q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
+        v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.num_kv_heads != self.num_heads:
-            repeat = self.num_heads // self.num_kv_heads
+        if k.shape[1] != q.shape[1]:
+            repeat = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
