@@ -84,7 +84,7 @@ def test_params_section_matches_dataclass(stage):
 def test_paths_come_from_params(stage):
     spec = DVC["stages"][stage]
     raw_paths = [d for d in spec["deps"] if not d.startswith("stages/") and d != "requirements.lock"]
-    raw_paths += list(spec.get("outs", []))
+    raw_paths += [next(iter(o)) if isinstance(o, dict) else o for o in spec.get("outs", [])]
     for kind in ("metrics", "plots"):
         raw_paths += [next(iter(m)) if isinstance(m, dict) else m for m in spec.get(kind, [])]
     for path in raw_paths:

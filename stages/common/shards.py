@@ -11,8 +11,9 @@ num_docs, vocab_size, eos_id. `TokenShard` maps the tokens with `np.memmap` (not
 window is taken) and serves fixed-length windows `(B, T + 1)`: inputs are `[:, :-1]`, targets `[:, 1:]`.
 
 `TierSampler` draws training batches across the easy/medium/hard shards with ratios that move from
-`TierMix.start` to `TierMix.end` over training. A batch is a pure function of (seed, rank, step), so
-resuming at step k needs only k, and data-parallel ranks draw independent batches.
+`TierMix.start` to `TierMix.end` over training. The global batch of a step is a pure function of
+(seed, step): resuming at step k needs only k, and a data-parallel rank reads only its own rows of it,
+so the data seen per step is the same whatever the number of ranks.
 """
 from __future__ import annotations
 
@@ -198,19 +199,24 @@ class Batch:
 
 
 class TierSampler:
-    """Random (seq_len + 1)-token windows, each row's tier drawn with the schedule's ratios at `step`."""
+    """Random (seq_len + 1)-token windows, each row's tier drawn with the schedule's ratios at `step`.
+
+    `batch_size` is the global batch (all ranks, all micro-batches). The tiers and start positions of
+    all its rows are drawn at once from a generator seeded with (seed, step) - a few numbers per row,
+    cheap - and `batch(step, rows)` reads only the windows of the rows asked for."""
 
     def __init__(self, shards: Mapping[str, TokenShard], mix: TierMix, seq_len: int, batch_size: int,
-                 total_steps: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+                 total_steps: int, seed: int) -> None:
         if set(shards) != set(TIERS):
             raise ValueError(f"need one shard per tier {TIERS}, got {sorted(shards)}")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} out of range for world size {world_size}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.shards = [shards[t] for t in TIERS]
         self.mix, self.seq_len, self.batch_size = mix, seq_len, batch_size
-        self.total_steps, self.seed, self.rank = total_steps, seed, rank
+        self.total_steps, self.seed = total_steps, seed
+        self.num_windows = np.array([s.num_windows(seq_len) for s in self.shards])
         # A tier too small for one window (possible on a tiny corpus) gets no draws; the others share its ratio.
-        self.available = np.array([s.num_windows(seq_len) > 0 for s in self.shards])
+        self.available = self.num_windows > 0
         if not self.available.any():
             raise ValueError(f"no tier holds more than seq_len={seq_len} tokens")
 
@@ -220,14 +226,18 @@ class TierSampler:
             ratios = self.available.astype(np.float64)
         return ratios / ratios.sum()
 
-    def batch(self, step: int) -> Batch:
-        rng = np.random.default_rng([self.seed, self.rank, step])
+    def batch(self, step: int, rows: slice = slice(None)) -> Batch:
+        """Rows `rows` of step `step`'s global batch (all of it by default)."""
+        rng = np.random.default_rng([self.seed, step])
         ratios = self.ratios(step)
         tiers = rng.choice(len(TIERS), size=self.batch_size, p=ratios)
-        rows = torch.empty(self.batch_size, self.seq_len + 1, dtype=torch.int64)
+        # One uniform draw per row scaled to its tier's window count: a row's start does not depend on
+        # which rows are read.
+        starts = (rng.random(self.batch_size) * self.num_windows[tiers]).astype(np.int64)
+        tiers, starts = tiers[rows], starts[rows]
+        out = torch.empty(len(tiers), self.seq_len + 1, dtype=torch.int64)
         for t, shard in enumerate(self.shards):
             picked = np.flatnonzero(tiers == t)
             if len(picked):
-                starts = rng.integers(0, shard.num_windows(self.seq_len), size=len(picked))
-                rows[torch.from_numpy(picked)] = shard.windows(starts, self.seq_len)
-        return Batch(rows[:, :-1], rows[:, 1:], tiers, ratios)
+                out[torch.from_numpy(picked)] = shard.windows(starts[picked], self.seq_len)
+        return Batch(out[:, :-1], out[:, 1:], tiers, ratios)

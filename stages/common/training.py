@@ -65,6 +65,8 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     """Mixed precision for the forward pass: weights and optimizer state stay fp32."""
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "fp16":  # needs loss scaling (the train stage's LossScaler)
+        return torch.autocast(device.type, dtype=torch.float16)
     return contextlib.nullcontext()
 
 
@@ -77,9 +79,15 @@ def seed_everything(seed: int) -> None:
 def configure_optimizer(model: nn.Module, p: OptimParams, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on 2-D+ parameters (matrices, embeddings) and none on norms/biases."""
     params = [param for param in model.parameters() if param.requires_grad]  # a tied weight appears once
-    decay = [param for param in params if param.dim() >= 2]
-    no_decay = [param for param in params if param.dim() < 2]
-    groups = [{"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = []
+    # Under tensor parallelism some parameters are DTensors and the rest (replicated) plain tensors; one
+    # fused kernel call cannot mix the two, so they go into separate groups.
+    for distributed in (False, True):
+        kind = [param for param in params if hasattr(param, "device_mesh") == distributed]
+        for decay in (True, False):
+            group = [param for param in kind if (param.dim() >= 2) == decay]
+            if group:
+                groups.append({"params": group, "weight_decay": p.weight_decay if decay else 0.0})
     # The fused kernel exists on CPU and CUDA in current torch; it is one kernel per step instead of many.
     return torch.optim.AdamW(groups, lr=p.lr, betas=(p.beta1, p.beta2), eps=p.eps, fused=device.type in ("cpu", "cuda"))
 

@@ -109,17 +109,23 @@ def test_sampler_ratios_over_many_draws_match_the_schedule(tiers):
     np.testing.assert_allclose(sampler.batch(50).ratios, mix.ratios(0.5))
 
 
-def test_sampler_is_a_function_of_seed_rank_and_step(tiers):
-    def make(seed=0, rank=0):
-        return TierSampler(tiers, TierMix(), seq_len=16, batch_size=8, total_steps=10, seed=seed, rank=rank,
-                           world_size=2)
+def test_sampler_is_a_function_of_seed_and_step(tiers):
+    def make(seed=0):
+        return TierSampler(tiers, TierMix(), seq_len=16, batch_size=8, total_steps=10, seed=seed)
 
     a, b = make().batch(3), make().batch(3)
     assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
     assert torch.equal(a.inputs[:, 1:], a.targets[:, :-1])  # targets are inputs shifted by one
     assert not torch.equal(a.inputs, make().batch(4).inputs)  # resuming at step k needs only k
-    assert not torch.equal(a.inputs, make(rank=1).batch(3).inputs)  # ranks draw different data
     assert not torch.equal(a.inputs, make(seed=1).batch(3).inputs)
+
+
+def test_ranks_reading_slices_see_exactly_the_global_batch(tiers):
+    sampler = TierSampler(tiers, TierMix(), seq_len=16, batch_size=8, total_steps=10, seed=0)
+    whole = sampler.batch(5)
+    parts = [sampler.batch(5, slice(lo, lo + 2)) for lo in range(0, 8, 2)]  # 4 ranks x 2 rows
+    assert torch.equal(torch.cat([p.inputs for p in parts]), whole.inputs)
+    assert np.array_equal(np.concatenate([p.tiers for p in parts]), whole.tiers)
 
 
 def test_sampler_skips_a_tier_too_small_for_a_window(tmp_path):

@@ -1,0 +1,169 @@
+"""Training checkpoints: sharded with `torch.distributed.checkpoint` (DCP), written atomically,
+verified on resume, the last K kept.
+
+    <root>/step_00000200/
+        .metadata, __<rank>_0.distcp    model + optimizer state (DCP: every rank writes its own shards;
+                                        loads into any other layout, e.g. FSDP -> single process)
+        rng_rank00000.safetensors ...   each rank's torch RNG states
+        train_state.json                step, scheduler, loss scaler, clip history, counters, metrics history
+        manifest.json                   every file above with its size and xxh3-128 digest
+        _SUCCESS                        written last: a folder without it is incomplete
+
+All ranks write into `.step_<n>.tmp`; after a barrier rank 0 writes the manifest and the marker and
+renames the folder into place, so a crash at any point leaves either the complete checkpoint or none.
+On resume the newest checkpoint whose files all match the manifest is used; a damaged or incomplete
+one is logged and skipped. No pickle anywhere: DCP stores tensors, the rest is JSON and safetensors.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import xxhash
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from stages.common.atomic import SUCCESS_MARKER
+from stages.common.model import TIED_OUTPUT, ModelConfig, Transformer, save_checkpoint
+
+log = logging.getLogger("refinery.checkpoint")
+STEP_DIR = re.compile(r"^step_(\d{8})$")
+MANIFEST = "manifest.json"
+TRAIN_STATE = "train_state.json"
+
+
+# DCP warns that it "assumes a single process" whenever no process group exists: that is the intent here.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def file_digest(path: Path) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def save(root: Path, step: int, module: nn.Module, optimizer: torch.optim.Optimizer, train_state: dict[str, Any],
+         keep: int) -> Path:
+    """Collective: every rank calls it. Returns the checkpoint folder."""
+    final, tmp = root / f"step_{step:08d}", root / f".step_{step:08d}.tmp"
+    if _rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    model_state, optim_state = get_state_dict(module, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp, no_dist=not dist.is_initialized())
+    save_file(_rng_state(), str(tmp / f"rng_rank{_rank():05d}.safetensors"))
+    _barrier()
+    if _rank() == 0:
+        (tmp / TRAIN_STATE).write_text(json.dumps(train_state, sort_keys=True))
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        manifest = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "xxh3_128": file_digest(p)} for p in files}
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=1, sort_keys=True))
+        (tmp / SUCCESS_MARKER).write_text("")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+        log.info("checkpoint step %d -> %s", step, final)
+    _barrier()
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Checkpoint folders under `root`, oldest first (complete or not)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name))
+
+
+def verify(path: Path) -> str | None:
+    """None when the checkpoint is complete and intact, else what is wrong with it."""
+    if not (path / SUCCESS_MARKER).is_file():
+        return "incomplete (no _SUCCESS marker)"
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        return f"unreadable manifest: {e}"
+    for name, expected in manifest["files"].items():
+        file = path / name
+        if not file.is_file():
+            return f"missing file {name}"
+        if file.stat().st_size != expected["bytes"] or file_digest(file) != expected["xxh3_128"]:
+            return f"damaged file {name} (size or digest differs from the manifest)"
+    return None
+
+
+def newest_valid(root: Path) -> Path | None:
+    """Rank 0 checks, newest first; every rank gets the same answer."""
+    choice: list[str | None] = [None]
+    if _rank() == 0:
+        for path in reversed(list_checkpoints(root)):
+            problem = verify(path)
+            if problem is None:
+                choice[0] = str(path)
+                break
+            log.warning("skipping checkpoint %s: %s", path, problem)
+    if dist.is_initialized():
+        dist.broadcast_object_list(choice, src=0)  # a list of one str: plain data, no arbitrary objects
+    return Path(choice[0]) if choice[0] else None
+
+
+def load(path: Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Collective: load model, optimizer and this rank's RNG state; returns the train state."""
+    model_state, optim_state = get_state_dict(module, optimizer)  # initialises empty optimizer state
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+    set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    rng_file = path / f"rng_rank{_rank():05d}.safetensors"
+    if rng_file.is_file():
+        rng = load_file(str(rng_file))
+        torch.set_rng_state(rng["cpu"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["cuda"])
+    else:
+        log.warning("%s: no RNG state for rank %d (saved with fewer ranks); RNG not restored", path, _rank())
+    return json.loads((path / TRAIN_STATE).read_text())
+
+
+def consolidate(path: Path, config: ModelConfig, out_file: Path) -> Transformer:
+    """Rebuild the full model from a (sharded) checkpoint on this process alone and write it as one
+    safetensors file (`stages.common.model` format)."""
+    model = Transformer(config)
+    saved = {key.removeprefix("model.") for key in dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+             if key.startswith("model.")}
+    wanted = {k: v for k, v in model.state_dict().items() if k in saved}
+    missing = set(model.state_dict()) - saved - ({TIED_OUTPUT} if config.tie_embeddings else set())
+    if missing:
+        raise ValueError(f"{path}: checkpoint lacks {sorted(missing)[:5]}")
+    state = {"model": wanted}
+    dcp.load(state, checkpoint_id=path, no_dist=True)
+    model.load_state_dict(state["model"], strict=False)
+    save_checkpoint(model, out_file)
+    return model

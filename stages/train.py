@@ -1,0 +1,282 @@
+"""`train` stage: train the decoder-only LM on the perplexity stage's tiered token shards, under torchrun.
+
+`python -m stages.train` (the dvc.yaml command) launches `torchrun --standalone` with the process count
+from params and `--max-restarts` for fault tolerance; each worker process (torchrun sets LOCAL_RANK)
+runs `run()`. For several nodes, start `torchrun --nnodes ... -m stages.train` yourself on each: a
+worker does not care who launched it.
+
+Per worker: join the process group (gloo on CPU, NCCL on GPU), build the model from the preset, apply
+the parallel layout (stages.common.parallel), resume from the newest valid checkpoint of the same run
+if there is one, train (stages.common.trainer), checkpoint every `checkpoint.every` steps and at the
+end. Rank 0 then writes
+
+    <model_dir>/model.safetensors     the consolidated model (stages.common.model format) for prune/qat/export
+    <metrics_path>                    final figures (flat JSON)
+    <steps_path>, <val_path>          per-step curves and per-tier validation perplexity (`dvc plots`)
+
+Checkpoints live in `checkpoint_dir` (a persistent DVC output, so a rerun after a crash resumes); they
+carry a fingerprint of every param that shapes the result, and checkpoints of another configuration
+are cleared rather than resumed.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from stages.common import checkpoint
+from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.model import CHECKPOINT_NAME, Transformer, preset
+from stages.common.params import load_section
+from stages.common.parallel import ParallelParams, build_mesh, init_distributed, parallelize, pipeline_loss
+from stages.common.shards import TIERS, TierMix, TierSampler, open_tiers
+from stages.common.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
+from stages.common.training import OptimParams, configure_optimizer, resolve_precision, seed_everything
+
+log = logging.getLogger("refinery.train")
+STAGE = "train"
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# Params that do not change the trained weights: a checkpoint written under other values still resumes.
+NOT_FINGERPRINTED = {"model_dir", "checkpoint_dir", "metrics_path", "steps_path", "val_path", "device", "num_threads",
+                     "nproc_per_node", "max_restarts", "checkpoint", "log_every", "progress_bar", "peak_flops"}
+
+
+@dataclass(frozen=True)
+class CheckpointParams:
+    every: int = 100  # steps between checkpoints (and one at the end); 0 = only at the end
+    keep: int = 2  # newest checkpoints kept
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.keep < 1:
+            raise ValueError(f"params 'train.checkpoint': every must be >= 0 and keep >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    every: int = 100  # steps between validations (also at step 0 and at the end); 0 = start and end only
+    windows: int = 64  # validation windows per tier (of seq_len tokens); 0 = no validation
+
+
+@dataclass(frozen=True)
+class Params:
+    tokens_dir: str = "data/perplexity/tokens"  # {train,val}/{easy,medium,hard} shards + manifest.json
+    model_dir: str = "models/train"
+    checkpoint_dir: str = "models/train_checkpoints"
+    metrics_path: str = "metrics/train.json"
+    steps_path: str = "metrics/train_steps.csv"
+    val_path: str = "metrics/train_val.csv"
+    seed: int = 0
+    preset: str = "cpu_small"
+    seq_len: int = 0  # 0 = the preset's max_seq_len
+    max_steps: int = 500
+    micro_batch_size: int = 8  # sequences per forward pass per data-parallel rank
+    gradient_accumulation_steps: int = 2  # micro-batches per optimizer step (pipeline micro-batches under PP)
+    precision: str = "fp32"
+    device: str = "auto"
+    num_threads: int = 0
+    nproc_per_node: int = 0
+    max_restarts: int = 2
+    progress_bar: bool = True
+    log_every: int = 10
+    max_bad_steps: int = 5
+    peak_flops: float = 0.0
+    parallel: ParallelParams = field(default_factory=ParallelParams)
+    optim: OptimParams = field(default_factory=OptimParams)
+    dynamic_clip: DynamicClip = field(default_factory=DynamicClip)
+    freeze: Freeze = field(default_factory=Freeze)
+    tier_mix: TierMix = field(default_factory=TierMix)
+    checkpoint: CheckpointParams = field(default_factory=CheckpointParams)
+    eval: EvalParams = field(default_factory=EvalParams)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"param 'train.precision' must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"param 'train.device' must be auto, cpu or cuda, got {self.device!r}")
+        for name in ("max_steps", "micro_batch_size", "gradient_accumulation_steps", "log_every", "max_bad_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"param 'train.{name}' must be >= 1, got {getattr(self, name)}")
+        for name in ("seq_len", "num_threads", "nproc_per_node", "max_restarts"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"param 'train.{name}' must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def num_processes(self) -> int:
+        return self.nproc_per_node or self.parallel.world_size
+
+
+def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
+    """Digest of everything that shapes the trained weights: the params (but paths, devices, cadence)
+    and the token shards' manifest."""
+    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
+    shaping["parallel"] = {k: v for k, v in shaping["parallel"].items() if k not in ("compile", "activation_checkpointing")}
+    text = json.dumps({"params": shaping, "data": manifest}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---- the launcher ------------------------------------------------------------------------------------
+def torchrun_argv(params: Params, params_path: str) -> list[str]:
+    """torchrun's command as an argument list (no shell): one node, the process count from params."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc-per-node={params.num_processes}", f"--max-restarts={params.max_restarts}",
+            "-m", "stages.train", "--params", params_path]
+
+
+def launch(params: Params, params_path: str) -> int:
+    argv = torchrun_argv(params, params_path)
+    log.info("launching %s", " ".join(argv))
+    return subprocess.run(argv, check=False).returncode
+
+
+# ---- one worker --------------------------------------------------------------------------------------
+def run(params: Params) -> dict[str, Any] | None:
+    """Train on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+    started = time.perf_counter()
+    env = init_distributed(params.device)
+    if env.device.type == "cpu":
+        torch.set_num_threads(params.num_threads or max(1, (os.cpu_count() or 1) // env.local_world_size))
+    precision = resolve_precision("auto", env.device) if params.precision == "auto" else params.precision
+    manifest = json.loads((Path(params.tokens_dir) / "manifest.json").read_text())
+    overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
+    cfg = preset(params.preset, manifest["vocab_size"], **overrides)
+    seq_len = cfg.max_seq_len
+    seed_everything(params.seed)  # the same initial weights on every rank, before any sharding
+    model = Transformer(cfg).to(env.device)
+    flops_per_token = model.flops_per_token(seq_len)
+    num_params = model.num_params()
+
+    scaler = LossScaler(precision == "fp16")
+    mesh = build_mesh(env, params.parallel)
+    parts = parallelize(model, mesh, params.parallel, env.device, params.gradient_accumulation_steps,
+                        lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)
+    optimizer = configure_optimizer(parts.module, params.optim, env.device)
+    train_config = TrainConfig(
+        max_steps=params.max_steps, micro_batch_size=params.micro_batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation_steps, seq_len=seq_len, precision=precision,
+        optim=params.optim, dynamic_clip=params.dynamic_clip, freeze=params.freeze,
+        max_bad_steps=params.max_bad_steps, eval_windows=params.eval.windows, peak_flops=params.peak_flops)
+    global_batch = params.parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
+    sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, seq_len, global_batch,
+                          params.max_steps, params.seed)
+    trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
+
+    root = Path(params.checkpoint_dir)
+    run_id = fingerprint(params, manifest)
+    resumed_from = _resume(root, run_id, trainer, parts, optimizer, env.is_main)
+
+    def save_checkpoint() -> None:
+        checkpoint.save(root, trainer.step, parts.module, optimizer, {**trainer.state_dict(), "fingerprint": run_id},
+                        params.checkpoint.keep)
+
+    if env.is_main:
+        log.info("training %s (%.2fM parameters) for %d steps: %d process(es) as pp=%d dp=%d (%s) tp=%d, "
+                 "global batch %d x %d tokens, %s", params.preset, num_params / 1e6, params.max_steps, env.world_size,
+                 params.parallel.pipeline_parallel_size, params.parallel.data_parallel_size,
+                 params.parallel.data_parallel_mode, params.parallel.tensor_parallel_size, global_batch, seq_len,
+                 precision)
+    trainer.fit(open_tiers(params.tokens_dir, "val"), params.eval.every, params.checkpoint.every, save_checkpoint,
+                params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
+    metrics = None
+    if env.is_main:
+        with atomic_dir(params.model_dir) as out:  # from the final checkpoint, saved by fit() at the end
+            checkpoint.consolidate(root / f"step_{trainer.step:08d}", cfg, out / CHECKPOINT_NAME)
+        metrics = summarize(trainer, params, precision, env.world_size, num_params, resumed_from,
+                            time.perf_counter() - started)
+        write_outputs(trainer, params, metrics)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return metrics
+
+
+def _resume(root: Path, run_id: str, trainer: Trainer, parts, optimizer, is_main: bool) -> int | None:
+    latest = checkpoint.newest_valid(root)
+    if latest is not None:
+        saved_id = json.loads((latest / checkpoint.TRAIN_STATE).read_text()).get("fingerprint")
+        if saved_id == run_id:
+            trainer.load_state_dict(checkpoint.load(latest, parts.module, optimizer))
+            log.info("resumed from %s (step %d)", latest, trainer.step)
+            return trainer.step
+        log.warning("checkpoints in %s belong to another configuration (%s, now %s): starting afresh",
+                    root, saved_id, run_id)
+    if is_main and root.exists():
+        for old in checkpoint.list_checkpoints(root):
+            shutil.rmtree(old)
+    if dist.is_initialized():
+        dist.barrier()
+    return None
+
+
+# ---- outputs -----------------------------------------------------------------------------------------
+STEP_COLUMNS = ["step", "loss", "lr", "grad_norm", "clip_threshold", "clipped", "skipped", "tokens_per_s",
+                "memory_mb", "loss_scale", "ratio_easy", "ratio_medium", "ratio_hard"]
+
+
+def summarize(trainer: Trainer, params: Params, precision: str, world_size: int, num_params: int,
+              resumed_from: int | None, seconds: float) -> dict[str, Any]:
+    rows = trainer.history
+    # Steady state: leave out the first 10% of steps (allocator warm-up, compile).
+    steady = [r["tokens_per_s"] for r in rows[len(rows) // 10:]] or [math.nan]
+    last = rows[-10:]
+    metrics: dict[str, Any] = {
+        "steps": trainer.step, "tokens_seen": trainer.tokens_seen, "num_params": num_params,
+        "num_processes": world_size, "precision": precision, "data_parallel_size": params.parallel.data_parallel_size,
+        "tensor_parallel_size": params.parallel.tensor_parallel_size,
+        "pipeline_parallel_size": params.parallel.pipeline_parallel_size,
+        "data_parallel_mode": params.parallel.data_parallel_mode,
+        "final_loss": statistics.fmean(r["loss"] for r in last if math.isfinite(r["loss"])) if last else math.nan,
+        "tokens_per_s": statistics.median(steady), "peak_memory_mb": max((r["memory_mb"] for r in rows), default=0.0),
+        "resumed_from_step": resumed_from if resumed_from is not None else -1, "seconds": round(seconds, 2),
+        **{k: v for k, v in vars(trainer.counters).items() if k != "consecutive_bad"},
+    }
+    if rows and "mfu" in rows[-1]:
+        metrics["mfu"] = statistics.median(r["mfu"] for r in rows[len(rows) // 10:])
+    if trainer.val_history:
+        first, final = trainer.val_history[0], trainer.val_history[-1]
+        for tier in TIERS:
+            metrics[f"val.{tier}.perplexity_start"] = first[f"perplexity_{tier}"]
+            metrics[f"val.{tier}.perplexity"] = final[f"perplexity_{tier}"]
+    return metrics
+
+
+def write_outputs(trainer: Trainer, params: Params, metrics: dict[str, Any]) -> None:
+    write_csv(params.steps_path, STEP_COLUMNS, [[r.get(c) for c in STEP_COLUMNS] for r in trainer.history])
+    val_columns = ["step"] + [f"{kind}_{tier}" for kind in ("perplexity", "loss") for tier in TIERS]
+    write_csv(params.val_path, val_columns, [[r[c] for c in val_columns] for r in trainer.val_history])
+    write_json(params.metrics_path, metrics)
+    log.info("train: %d steps, final loss %.4f, %.0f tokens/s, validation perplexity %s", metrics["steps"],
+             metrics["final_loss"], metrics["tokens_per_s"],
+             " ".join(f"{t} {metrics.get(f'val.{t}.perplexity_start', math.nan):.1f}->"
+                      f"{metrics.get(f'val.{t}.perplexity', math.nan):.1f}" for t in TIERS))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml", help="params file (section `train`)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s [rank {os.environ.get('RANK', 0)}] %(name)s %(levelname)s %(message)s")
+    params = load_section(STAGE, Params, args.params)
+    if "LOCAL_RANK" in os.environ:  # a torchrun worker
+        run(params)
+    else:
+        sys.exit(launch(params, args.params))
+
+
+if __name__ == "__main__":
+    main()

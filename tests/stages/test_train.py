@@ -1,0 +1,235 @@
+"""The train stage in one process: outputs, validation, resume, damaged checkpoints, guards, clipping,
+loss scaling, freezing. The multi-process layouts run under torchrun in tests/integration/test_train_torchrun.py."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from stages import train
+from stages.common import checkpoint
+from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
+from stages.common.params import from_dict
+from stages.common.parallel import ParallelParams, parallelize
+from stages.common.shards import TIERS, TierMix, TierSampler, TokenShardWriter, open_tiers
+from stages.common.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
+from stages.common.training import OptimParams, configure_optimizer
+
+VOCAB = 256
+
+
+def write_token_shards(root: Path, seed: int = 0) -> Path:
+    """Tiny train/val shards in the perplexity stage's layout. Easy and medium documents repeat one motif
+    from a small shared pool (3 motifs of 8 tokens, 8 of 16), hard ones are random tokens from a quarter
+    of the vocabulary: every tier has something a model learns in a few dozen steps, on both splits."""
+    rng = np.random.default_rng(seed)
+    pools = {"easy": rng.integers(1, VOCAB, size=(3, 8)), "medium": rng.integers(1, VOCAB, size=(8, 16))}
+    shards = {}
+    for split, num_docs in (("train", 40), ("val", 6)):
+        for tier in TIERS:
+            writer = TokenShardWriter(root / split / tier, VOCAB, 0)
+            for _ in range(num_docs):
+                if tier == "hard":
+                    writer.add(rng.integers(1, VOCAB // 4, size=300))
+                else:
+                    motif = pools[tier][rng.integers(len(pools[tier]))]
+                    writer.add(np.tile(motif, 300 // len(motif)))
+            writer.close()
+            shards[f"{split}/{tier}"] = {"num_docs": writer.num_docs, "num_tokens": writer.num_tokens}
+    (root / "manifest.json").write_text(json.dumps({"vocab_size": VOCAB, "eos_id": 0, "shards": shards}))
+    return root
+
+
+def tiny_params(tmp_path: Path, **overrides) -> train.Params:
+    data = {
+        "tokens_dir": str(write_token_shards(tmp_path / "tokens")) if not (tmp_path / "tokens").exists()
+        else str(tmp_path / "tokens"),
+        "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt"),
+        "metrics_path": str(tmp_path / "metrics" / "train.json"), "steps_path": str(tmp_path / "metrics" / "steps.csv"),
+        "val_path": str(tmp_path / "metrics" / "val.csv"), "preset": "debug", "max_steps": 30, "micro_batch_size": 4,
+        "gradient_accumulation_steps": 2, "num_threads": 1, "progress_bar": False,
+        "optim": {"lr": 0.01, "warmup_steps": 3}, "checkpoint": {"every": 10, "keep": 2},
+        "eval": {"every": 10, "windows": 16},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            data[key] = {**data.get(key, {}), **value}
+        else:
+            data[key] = value
+    return from_dict(train.Params, data, prefix="train.")
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    num_threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(num_threads)
+
+
+def test_run_writes_model_metrics_and_curves_and_lowers_validation_perplexity(tmp_path):
+    params = tiny_params(tmp_path)
+    metrics = train.run(params)
+    model = load_checkpoint(tmp_path / "model" / CHECKPOINT_NAME)
+    assert model.config == preset("debug", VOCAB)
+    assert metrics["steps"] == 30 and metrics["tokens_seen"] == 30 * 8 * 64
+    assert metrics["num_skipped_steps"] == 0 and metrics["resumed_from_step"] == -1
+    for tier in TIERS:
+        assert metrics[f"val.{tier}.perplexity"] < metrics[f"val.{tier}.perplexity_start"], tier
+    assert json.loads((tmp_path / "metrics" / "train.json").read_text()) == pytest.approx(metrics)
+    steps = (tmp_path / "metrics" / "steps.csv").read_text().splitlines()
+    assert steps[0].startswith("step,loss,lr,grad_norm,clip_threshold") and len(steps) == 31
+    assert [int(line.split(",")[0]) for line in steps[1:]] == list(range(30))
+    val = (tmp_path / "metrics" / "val.csv").read_text().splitlines()
+    assert [int(line.split(",")[0]) for line in val[1:]] == [0, 10, 20, 30]
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path / "ckpt")] == ["step_00000020", "step_00000030"]
+
+
+def test_a_rerun_of_a_finished_run_trains_nothing_and_gives_the_same_model(tmp_path):
+    params = tiny_params(tmp_path, max_steps=10)
+    train.run(params)
+    first = load_file(str(tmp_path / "model" / CHECKPOINT_NAME))
+    metrics = train.run(params)
+    assert metrics["resumed_from_step"] == 10
+    again = load_file(str(tmp_path / "model" / CHECKPOINT_NAME))
+    assert all(torch.equal(first[k], again[k]) for k in first)
+
+
+def test_resume_skips_a_damaged_newest_checkpoint_and_ends_identical(tmp_path):
+    params = tiny_params(tmp_path, max_steps=20, checkpoint={"every": 5, "keep": 3})
+    reference = train.run(params)
+    reference_weights = load_file(str(tmp_path / "model" / CHECKPOINT_NAME))
+    newest = checkpoint.list_checkpoints(tmp_path / "ckpt")[-1]
+    shard = next(newest.glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    shard.write_bytes(bytes(data))
+    assert "damaged" in checkpoint.verify(newest)
+
+    resumed = train.run(params)  # newest (step 20) is damaged: resumes from step 15 and redoes 15..19
+    assert resumed["resumed_from_step"] == 15
+    weights = load_file(str(tmp_path / "model" / CHECKPOINT_NAME))
+    assert all(torch.equal(reference_weights[k], weights[k]) for k in weights)
+    steps = (tmp_path / "metrics" / "steps.csv").read_text().splitlines()[1:]
+    assert [int(line.split(",")[0]) for line in steps] == list(range(20))  # no gap, no repeat
+    assert resumed["final_loss"] == reference["final_loss"]
+
+
+def test_an_incomplete_checkpoint_is_skipped(tmp_path):
+    params = tiny_params(tmp_path, max_steps=10, checkpoint={"every": 5, "keep": 3})
+    train.run(params)
+    newest = checkpoint.list_checkpoints(tmp_path / "ckpt")[-1]
+    (newest / "_SUCCESS").unlink()
+    assert checkpoint.verify(newest).startswith("incomplete")
+    assert checkpoint.newest_valid(tmp_path / "ckpt").name == "step_00000005"
+
+
+def test_checkpoints_of_another_configuration_are_cleared_not_resumed(tmp_path):
+    train.run(tiny_params(tmp_path, max_steps=10))
+    metrics = train.run(tiny_params(tmp_path, max_steps=10, seed=1))
+    assert metrics["resumed_from_step"] == -1
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path / "ckpt")] == ["step_00000010"]
+
+
+def test_params_reject_bad_values():
+    with pytest.raises(ValueError, match="train.precision"):
+        train.Params(precision="fp8")
+    with pytest.raises(ValueError, match="data_parallel_mode: fsdp"):
+        ParallelParams(data_parallel_size=2, tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="ddp_comm_hook"):
+        ParallelParams(data_parallel_mode="fsdp", ddp_comm_hook="fp16")
+    with pytest.raises(ValueError, match="tensor_parallel_size 3 must divide"):
+        ParallelParams(tensor_parallel_size=3).check_model(2, 4, 2, 64)
+
+
+def test_the_launcher_passes_an_argument_list_to_torchrun():
+    params = train.Params(parallel=ParallelParams(data_parallel_size=2, tensor_parallel_size=2, data_parallel_mode="fsdp"),
+                          max_restarts=3)
+    argv = train.torchrun_argv(params, "my params.yaml")
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    assert "--nproc-per-node=4" in argv and "--max-restarts=3" in argv
+    assert argv[-2:] == ["--params", "my params.yaml"]  # one argument, spaces and all: no shell involved
+
+
+# ---- the trainer's pieces, in-process on the debug model ---------------------------------------------
+def make_trainer(tmp_path: Path, **cfg_overrides) -> Trainer:
+    tokens = write_token_shards(tmp_path / "tokens")
+    torch.manual_seed(0)
+    model = Transformer(preset("debug", VOCAB))
+    cfg = TrainConfig(max_steps=20, micro_batch_size=2, gradient_accumulation_steps=2, seq_len=64, precision="fp32",
+                      optim=OptimParams(lr=0.01, warmup_steps=2), eval_windows=4)
+    cfg = dataclasses.replace(cfg, **cfg_overrides)
+    scaler = LossScaler(cfg.precision == "fp16")
+    parts = parallelize(model, None, ParallelParams(), torch.device("cpu"), cfg.gradient_accumulation_steps, None)
+    sampler = TierSampler(open_tiers(tokens, "train"), TierMix(), 64, 4, cfg.max_steps, seed=0)
+    return Trainer(parts, configure_optimizer(model, cfg.optim, torch.device("cpu")), sampler, cfg,
+                   torch.device("cpu"), model.flops_per_token(64), scaler)
+
+
+def test_non_finite_steps_are_skipped_then_stop_the_run_with_the_checkpoint_intact(tmp_path):
+    trainer = make_trainer(tmp_path, max_bad_steps=3)
+    model = trainer.parts.module
+    for _ in range(2):
+        trainer.train_step()
+    checkpoint.save(tmp_path / "ckpt", trainer.step, model, trainer.optimizer, trainer.state_dict(), keep=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.norm.register_forward_hook(lambda module, args, out: out * math.nan)
+    for _ in range(2):
+        row = trainer.train_step()
+        assert row["skipped"] and math.isnan(row["loss"])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # no update from a bad step
+    with pytest.raises(FloatingPointError, match="3 consecutive steps with a non-finite"):
+        trainer.train_step()
+    assert trainer.counters.num_skipped_steps == 3
+    assert checkpoint.verify(tmp_path / "ckpt" / "step_00000002") is None
+
+
+def test_dynamic_clip_threshold_follows_the_median_of_recent_norms(tmp_path):
+    trainer = make_trainer(tmp_path, dynamic_clip=DynamicClip(factor=0.8, window=4, min_history=3),
+                           optim=OptimParams(lr=0.01, warmup_steps=2, grad_clip=1.0))
+    assert trainer.clip_threshold() == 1.0
+    trainer.norm_history = [0.5, 0.25]
+    assert trainer.clip_threshold() == 1.0  # fewer than min_history norms: the fixed limit
+    trainer.norm_history = [9.0, 0.5, 0.25, 0.75, 0.5]
+    assert trainer.clip_threshold() == pytest.approx(0.8 * 0.5)  # median of the last 4
+    trainer.norm_history = [5.0, 5.0, 5.0]
+    assert trainer.clip_threshold() == 1.0  # never above grad_clip
+    row = trainer.train_step()
+    assert row["clip_threshold"] == 1.0 and row["clipped"] == (row["grad_norm"] > 1.0)
+
+
+def test_loss_scaler_halves_on_overflow_and_grows_after_clean_steps():
+    scaler = LossScaler(True, init_scale=1024.0, growth_interval=3)
+    scaler.update(overflow=True)
+    assert scaler.scale == 512.0
+    for _ in range(3):
+        scaler.update(overflow=False)
+    assert scaler.scale == 1024.0
+    restored = LossScaler(True)
+    restored.load_state_dict(scaler.state_dict())
+    assert restored.scale == 1024.0 and not LossScaler(False).enabled and LossScaler(False).scale == 1.0
+
+
+def test_fp16_training_steps_scale_the_loss_and_stay_finite(tmp_path):
+    trainer = make_trainer(tmp_path, precision="fp16")
+    rows = [trainer.train_step() for _ in range(5)]
+    assert all(math.isfinite(r["loss"]) and r["loss_scale"] >= 2.0 ** 15 for r in rows)
+    assert rows[-1]["loss"] < rows[0]["loss"]
+
+
+def test_frozen_layers_do_not_move_during_the_freeze(tmp_path):
+    trainer = make_trainer(tmp_path, freeze=Freeze(layers=1, steps=3))
+    model = trainer.parts.module
+    frozen_before = {k: v.clone() for k, v in model.layers[0].state_dict().items()}
+    free_before = model.layers[1].feed_forward.w1.weight.clone()
+    for _ in range(3):
+        trainer.train_step()
+    assert all(torch.equal(frozen_before[k], v) for k, v in model.layers[0].state_dict().items())
+    assert not torch.equal(free_before, model.layers[1].feed_forward.w1.weight)
+    trainer.train_step()  # the freeze is over
+    assert not torch.equal(frozen_before["feed_forward.w1.weight"], model.layers[0].feed_forward.w1.weight)
