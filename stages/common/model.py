@@ -39,6 +39,7 @@ class ModelConfig:
     num_heads: int = 4
     num_kv_heads: int = 0  # 0 = num_heads (plain multi-head attention); fewer = grouped-query attention
     ffn_dim: int = 0  # SwiGLU hidden size; 0 = Llama's rule: 2/3 * 4 * dim rounded up to a multiple of 64
+    head_size: int = 0  # per-head dim; 0 = dim // num_heads (set when heads are pruned: fewer heads, same size)
     max_seq_len: int = 256
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
@@ -49,17 +50,17 @@ class ModelConfig:
         for name in ("vocab_size", "dim", "num_layers", "num_heads", "max_seq_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model config {name!r} must be >= 1, got {getattr(self, name)}")
-        if self.dim % self.num_heads:
+        if self.head_size < 0 or (not self.head_size and self.dim % self.num_heads):
             raise ValueError(f"model config: dim {self.dim} is not divisible by num_heads {self.num_heads}")
-        if (self.dim // self.num_heads) % 2:
-            raise ValueError(f"model config: head dim {self.dim // self.num_heads} must be even (rotary pairs)")
+        if self.head_dim % 2:
+            raise ValueError(f"model config: head dim {self.head_dim} must be even (rotary pairs)")
         if self.num_kv_heads < 0 or self.num_heads % self.kv_heads:
             raise ValueError(f"model config: num_heads {self.num_heads} is not a multiple of "
                              f"num_kv_heads {self.num_kv_heads}")
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.num_heads
+        return self.head_size or self.dim // self.num_heads
 
     @property
     def kv_heads(self) -> int:
@@ -70,7 +71,10 @@ class ModelConfig:
         return self.ffn_dim or 64 * math.ceil(8 * self.dim / 3 / 64)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if not self.head_size:  # unpruned models keep the JSON (and checkpoint bytes) older readers know
+            del fields["head_size"]
+        return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ModelConfig:

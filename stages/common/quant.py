@@ -1,0 +1,174 @@
+"""INT8 quantization pieces: the scheme, per-tensor activation observers / fake quantizers, per-channel
+weight fake quantization, and an int8 dequantize that exports as one ONNX `DequantizeLinear`.
+
+Why fake quantization rather than `torch.ao.quantization` (deprecated) or pt2e (moved to torchao, not
+installed): a fake-quantized model is plain torch, trains with straight-through gradients, and
+`torch.onnx.export(..., dynamo=False)` writes its `fake_quantize_*` ops as QuantizeLinear/DequantizeLinear
+pairs. onnxruntime's graph optimiser then folds the weights' QuantizeLinear into int8 initializers and
+fuses activation-Q/DQ + weight-DQ + MatMul into `MatMulIntegerToFloat` (integer kernels, VNNI on
+x86). So the INT8 graph carries exactly the scales the QAT run learned and calibrated.
+
+Default scheme (measured faster on this CPU, see bench/export.py): weights int8 symmetric per output
+channel (zero point 0, values in -128..127), activations uint8 asymmetric
+per tensor (onnxruntime's U8S8 path). `activation_symmetric: true` gives int8 activations with zero
+point 0 (S8S8) instead.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from stages.common.atomic import atomic_path
+
+OBSERVERS = ("minmax", "percentile")
+SCHEME_METADATA_KEY = "refinery.quant_scheme"
+QUANT_NAME = "quant.safetensors"
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    activation_symmetric: bool = False  # false: uint8 + zero point (U8S8 kernels); true: int8, zero point 0
+    observer: str = "minmax"  # minmax: running min/max | percentile: mean per-batch percentiles (clips outliers)
+    percentile: float = 99.99  # percentile observer: the upper percentile kept (lower one = 100 - it)
+    embeddings: bool = True  # int8 embedding table (per-row scales)
+    output: bool = True  # int8 output projection (the vocab x dim matrix: a large share of a small model)
+
+    def __post_init__(self) -> None:
+        if self.observer not in OBSERVERS:
+            raise ValueError(f"quant scheme observer must be one of {OBSERVERS}, got {self.observer!r}")
+        if not 50 < self.percentile <= 100:
+            raise ValueError(f"quant scheme percentile must be in (50, 100], got {self.percentile}")
+
+    @property
+    def activation_range(self) -> tuple[int, int]:
+        return (-128, 127) if self.activation_symmetric else (0, 255)
+
+
+def weight_scale(weight_t: torch.Tensor) -> torch.Tensor:
+    """Symmetric per-output-channel scale of a transposed weight (in, out): max |w| / 127 per column."""
+    return (weight_t.detach().abs().amax(0) / 127).clamp_min(1e-12)
+
+
+def fake_quant_weight(weight_t: torch.Tensor) -> torch.Tensor:
+    """int8 symmetric per-output-channel fake quantization of a transposed weight (in, out); gradients pass
+    straight through. The scale follows the weights (a min/max observer that is never stale)."""
+    scale = weight_scale(weight_t)
+    return torch.fake_quantize_per_channel_affine(weight_t, scale, torch.zeros_like(scale, dtype=torch.int32), 1,
+                                                  -128, 127)
+
+
+def quantize_weight(weight_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 values, per-column scale) of a transposed weight (in, out), as `fake_quant_weight` rounds it."""
+    scale = weight_scale(weight_t)
+    return torch.clamp(torch.round(weight_t.detach() / scale), -128, 127).to(torch.int8), scale
+
+
+class Dequantize(torch.autograd.Function):
+    """int8 (in, out) * per-column scale. Exported as DequantizeLinear(axis=1) on the int8 initializer itself,
+    so a tensor used twice (tied embedding table and output projection) is stored once, as int8."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:
+        return q.float() * scale
+
+    @staticmethod
+    def symbolic(g, q, scale, zero_point):
+        return g.op("DequantizeLinear", q, scale, zero_point, axis_i=1)
+
+
+class ActQuant(nn.Module):
+    """Per-tensor activation fake quantizer with its observer. Modes: `off` (identity), `observe`
+    (calibration: records the range, passes x through), `quant` (frozen scale and zero point)."""
+
+    def __init__(self, scheme: QuantScheme) -> None:
+        super().__init__()
+        self.scheme = scheme
+        self.mode = "off"
+        self.register_buffer("lo", torch.tensor(0.0))
+        self.register_buffer("hi", torch.tensor(0.0))
+        self.register_buffer("num_batches", torch.tensor(0))
+        self.register_buffer("scale", torch.tensor(1.0))
+        self.register_buffer("zero_point", torch.tensor(0, dtype=torch.int32))
+
+    def observe(self, x: torch.Tensor) -> None:
+        x = x.detach().float().flatten()
+        if self.scheme.observer == "minmax":
+            lo, hi = x.min(), x.max()
+            if self.num_batches:
+                lo, hi = torch.minimum(lo, self.lo), torch.maximum(hi, self.hi)
+        else:  # mean of per-batch percentiles over a fixed-size strided sample (torch.quantile caps its input)
+            sample = x[:: max(1, x.numel() // (1 << 20))]
+            q = torch.tensor([(100 - self.scheme.percentile) / 100, self.scheme.percentile / 100])
+            lo, hi = torch.quantile(sample, q)
+            n = self.num_batches.item()
+            lo, hi = (self.lo * n + lo) / (n + 1), (self.hi * n + hi) / (n + 1)
+        self.lo.copy_(lo)
+        self.hi.copy_(hi)
+        self.num_batches += 1
+
+    def freeze(self) -> None:
+        """Fix scale and zero point from the observed range (which always includes 0: exact zero padding)."""
+        if not self.num_batches:
+            raise RuntimeError("activation quantizer frozen before any calibration batch")
+        lo, hi = min(self.lo.item(), 0.0), max(self.hi.item(), 0.0)
+        qmin, qmax = self.scheme.activation_range
+        if self.scheme.activation_symmetric:
+            self.scale.fill_(max(abs(lo), hi, 1e-8) / 127)
+            self.zero_point.fill_(0)
+        else:
+            scale = max(hi - lo, 1e-8) / (qmax - qmin)
+            self.scale.fill_(scale)
+            self.zero_point.fill_(int(min(qmax, max(qmin, round(qmin - lo / scale)))))
+        self.mode = "quant"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "observe":
+            self.observe(x)
+            return x
+        if self.mode == "quant":
+            qmin, qmax = self.scheme.activation_range
+            return torch.fake_quantize_per_tensor_affine(x, self.scale, self.zero_point, qmin, qmax)
+        return x
+
+
+def set_mode(module: nn.Module, mode: str) -> None:
+    for m in module.modules():
+        if isinstance(m, ActQuant):
+            m.mode = mode
+
+
+def freeze(module: nn.Module) -> None:
+    for m in module.modules():
+        if isinstance(m, ActQuant):
+            m.freeze()
+
+
+def save_quant_state(module: nn.Module, scheme: QuantScheme, path: str | Path) -> Path:
+    """The frozen activation quantizers' buffers, the scheme in the metadata (weights are saved apart,
+    as a normal checkpoint: per-channel weight scales follow from them)."""
+    state = {name: buf.contiguous() for name, buf in module.state_dict().items()
+             if name.rsplit(".", 1)[-1] in ("lo", "hi", "num_batches", "scale", "zero_point")}
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={SCHEME_METADATA_KEY: json.dumps(asdict(scheme), sort_keys=True)})
+    return Path(path)
+
+
+def read_scheme(path: str | Path) -> QuantScheme:
+    with safe_open(str(path), framework="pt") as f:
+        return QuantScheme(**json.loads((f.metadata() or {})[SCHEME_METADATA_KEY]))
+
+
+def load_quant_state(module: nn.Module, path: str | Path) -> None:
+    """Load frozen quantizer buffers saved by `save_quant_state` into `module` and switch them on."""
+    missing, unexpected = module.load_state_dict(load_file(str(path)), strict=False)
+    expected = {n for n, _ in module.named_buffers() if n.rsplit(".", 1)[-1] in ("lo", "hi", "num_batches", "scale",
+                                                                                   "zero_point")}
+    if unexpected or expected & set(missing):
+        raise ValueError(f"{path}: quantizer state does not match the model (unexpected {unexpected})")
+    set_mode(module, "quant")

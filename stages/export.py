@@ -1,0 +1,334 @@
+"""`export` stage: ONNX FP32 + INT8, a Hugging Face folder, parity checks, and the report comparing every
+model of the chain (trained FP32, each pruning step, PTQ INT8, QAT INT8, onnxruntime's own dynamic INT8).
+
+Outputs:
+
+    <out_dir>/onnx/model.onnx          FP32, the final pruned model (dynamic batch and sequence axes)
+    <out_dir>/onnx/model.int8.onnx     INT8 from QAT, saved after onnxruntime's graph optimisation
+                                       (weights stored as int8, matmuls fused to integer kernels)
+    <out_dir>/onnx/report/*.onnx       the other models the report measures
+    <out_dir>/hf/                      config.json, model.safetensors, tokenizer files, README.md (model card):
+                                       loads with transformers as LlamaForCausalLM (the final pruned FP32 model)
+    <metrics_path>                     per model: parameters, file bytes, latency, throughput, perplexity per
+                                       tier; parity; the issue's floors as ratios
+    <plot_path>                        the same table as CSV (`dvc plots show`)
+
+`python -m stages.export generate --prompt "..."` samples text from the exported INT8 (or `--model`) ONNX.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from stages.common import tokenizer as bpe
+from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.cli import stage_main
+from stages.common.deploy import (DeployLM, export_onnx, latency, optimize_onnx, ort_token_nll, run_logits,
+                                  session)
+from stages.common.evaluation import tier_perplexity
+from stages.common.hf import write_hf_folder
+from stages.common.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transformer, load_checkpoint
+from stages.common.params import load_section
+from stages.common.quant import QUANT_NAME, load_quant_state, read_scheme
+from stages.common.shards import TIERS
+
+log = logging.getLogger("refinery.export")
+STAGE = "export"
+FP32_NAME, INT8_NAME = "model.onnx", "model.int8.onnx"
+TABLE_COLUMNS = ["model", "precision", "num_params", "file_mb", "latency_ms_b1", "tokens_per_s_b8",
+                 *[f"val_ppl_{t}" for t in (*TIERS, "all")]]
+
+
+@dataclass(frozen=True)
+class GenerateParams:
+    prompt: str = "The"
+    max_new_tokens: int = 40
+    temperature: float = 0.8  # 0 = greedy
+    top_k: int = 40  # 0 = the whole vocabulary
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Params:
+    teacher_dir: str = "models/train"  # the trained FP32 model (the train stage's model_dir)
+    pruned_dir: str = "models/pruned"  # step_<i>/ and the final model.safetensors
+    qat_dir: str = "models/qat"  # qat/ and ptq/ (model + quant state)
+    tokenizer_dir: str = "models/tokenizer"
+    tokens_dir: str = "data/perplexity/tokens"  # val/{easy,medium,hard} shards score every model
+    out_dir: str = "models/export"
+    metrics_path: str = "metrics/export.json"
+    plot_path: str = "metrics/export.csv"
+    num_threads: int = 2  # onnxruntime intra-op threads, the same for every model measured
+    latency_seq_len: int = 128
+    throughput_batch_size: int = 8
+    latency_runs: int = 20  # timed runs per model per round (the median is kept)
+    latency_rounds: int = 3  # rounds over all models, interleaved (the best round's median is reported:
+                             # a shared machine slows some rounds down)
+    val_batch_size: int = 8
+    val_batches: int = 0  # validation batches per tier (0 = every window)
+    parity_tolerance: float = 1e-4  # max |logit difference| FP32 ONNX vs torch (fails the stage above it)
+    ort_dynamic_baseline: bool = True  # also measure onnxruntime's quantize_dynamic of the FP32 ONNX
+    generate: GenerateParams = field(default_factory=GenerateParams)
+
+    def __post_init__(self) -> None:
+        for name in ("num_threads", "latency_seq_len", "throughput_batch_size", "latency_runs", "latency_rounds",
+                     "val_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"param 'export.{name}' must be >= 1")
+        if self.val_batches < 0 or self.parity_tolerance <= 0:
+            raise ValueError("param 'export.val_batches' must be >= 0 and '.parity_tolerance' > 0")
+
+
+def add_config_metadata(path: Path, model: Transformer) -> None:
+    """Carry the model config in the ONNX file (max_seq_len for `generate`, sizes for readers)."""
+    proto = onnx.load(str(path))
+    onnx.helper.set_model_props(proto, {CONFIG_METADATA_KEY: model.config.to_json()})
+    onnx.save(proto, str(path))
+
+
+def export_fp32(model: Transformer, path: Path) -> Path:
+    export_onnx(DeployLM(model.eval()), path, model.config.vocab_size)
+    add_config_metadata(path, model)
+    return path
+
+
+def load_quantized(quant_dir: Path) -> DeployLM:
+    model = DeployLM(load_checkpoint(quant_dir / CHECKPOINT_NAME).eval(), read_scheme(quant_dir / QUANT_NAME))
+    load_quant_state(model, quant_dir / QUANT_NAME)
+    return model.eval()
+
+
+def export_int8(model: DeployLM, path: Path, scratch: Path) -> Path:
+    """Fake-quant graph (QDQ) -> onnxruntime-optimised file: weights folded to int8, integer matmuls fused."""
+    model.use_int8_tables()
+    raw = export_onnx(model, scratch / f"{path.stem}.qdq.onnx", model.model.config.vocab_size)
+    optimize_onnx(raw, path, 1)
+    add_config_metadata(path, model.model)
+    return path
+
+
+def parity(sess, reference: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:
+    """(max |logit diff|, share of positions with the same argmax) of an ONNX model against torch."""
+    with torch.inference_mode():
+        expected = reference(ids).float().numpy()
+    got = run_logits(sess, ids)
+    return float(np.abs(got - expected).max()), float((got.argmax(-1) == expected.argmax(-1)).mean())
+
+
+def measure(rows: dict[str, dict[str, Any]], params: Params, vocab_size: int, seq_len: int) -> None:
+    """Latency (batch 1) and throughput (batch `throughput_batch_size`) of every model on `seq_len` tokens, in
+    interleaved rounds with the same thread count; each model keeps its best round's median."""
+    sessions = {name: session(row["path"], params.num_threads) for name, row in rows.items()}
+    b1 = {name: [] for name in rows}
+    b8 = {name: [] for name in rows}
+    for _ in range(params.latency_rounds):
+        for name, sess in sessions.items():
+            b1[name].append(latency(sess, 1, seq_len, vocab_size, params.latency_runs))
+            b8[name].append(latency(sess, params.throughput_batch_size, seq_len, vocab_size,
+                                    max(3, params.latency_runs // 4)))
+    for name, row in rows.items():
+        row["latency_ms_b1"] = round(min(b1[name]) * 1e3, 4)
+        row["tokens_per_s_b8"] = round(params.throughput_batch_size * seq_len / min(b8[name]), 1)
+
+
+def model_card(metrics: dict[str, Any], table: list[dict[str, Any]], params: Params, sample: str) -> str:
+    lines = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [llama, refinery, pruned]",
+             "---", "", "# Refinery demo LM (pruned)", "",
+             "A small Llama-style decoder trained by the Refinery pipeline on its demo corpus, structurally pruned "
+             "(MLP channels and attention heads) with distillation from the trained model. This folder holds the "
+             "FP32 pruned model for `transformers`; the INT8 (QAT) ONNX model sits next to it in `../onnx/`.", "",
+             "```python", "from transformers import AutoTokenizer, LlamaForCausalLM",
+             "tok = AutoTokenizer.from_pretrained(path); model = LlamaForCausalLM.from_pretrained(path)", "```", "",
+             f"Measured with onnxruntime, {params.num_threads} threads, batch 1 x {params.latency_seq_len} tokens "
+             f"(latency) and batch {params.throughput_batch_size} (throughput); validation perplexity per tier "
+             "(easy / medium / hard by the reference LM's perplexity).", "",
+             "| model | precision | params | file MB | latency ms | tokens/s | ppl easy | ppl medium | ppl hard | ppl all |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in table:
+        lines.append(f"| {r['model']} | {r['precision']} | {r['num_params']:,} | {r['file_mb']:.2f} | "
+                     f"{r['latency_ms_b1']:.2f} | {r['tokens_per_s_b8']:,.0f} | {r['val_ppl_easy']:.2f} | "
+                     f"{r['val_ppl_medium']:.2f} | {r['val_ppl_hard']:.2f} | {r['val_ppl_all']:.2f} |")
+    lines += ["", "Floors (issue #6): " + ", ".join(f"{k.split('.', 1)[1]} = {v}" for k, v in sorted(metrics.items())
+                                                   if k.startswith("floor.")), "",
+              f"Sample (INT8 ONNX, prompt {params.generate.prompt!r}): {sample!r}", ""]
+    return "\n".join(lines)
+
+
+def run(params: Params) -> dict[str, Any]:
+    start = time.perf_counter()
+    torch.set_num_threads(params.num_threads)
+    teacher = load_checkpoint(Path(params.teacher_dir) / CHECKPOINT_NAME).eval()
+    pruned_dir, qat_dir = Path(params.pruned_dir), Path(params.qat_dir)
+    steps = sorted((p for p in pruned_dir.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+    final = load_checkpoint(pruned_dir / CHECKPOINT_NAME).eval()
+    vocab_size = teacher.config.vocab_size
+    tokenizer = bpe.load(params.tokenizer_dir)
+    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(params.tokenizer_dir))
+    pad_id = tokenizer.token_to_id("<|pad|>")
+    metrics: dict[str, Any] = {}
+    with atomic_dir(params.out_dir) as out:
+        onnx_dir, report_dir, scratch = out / "onnx", out / "onnx" / "report", out / "_scratch"
+        report_dir.mkdir(parents=True)
+        scratch.mkdir()
+        # -- the two deliverables, with parity checks --
+        fp32_path = export_fp32(final, onnx_dir / FP32_NAME)
+        ids = torch.randint(0, vocab_size, (2, final.config.max_seq_len), generator=torch.Generator().manual_seed(0))
+        diff, agree = parity(session(fp32_path, params.num_threads), final, ids)
+        metrics.update({"parity.fp32_max_abs_diff": diff, "parity.fp32_argmax_agreement": agree})
+        if diff > params.parity_tolerance:
+            raise RuntimeError(f"FP32 ONNX differs from torch by {diff:.3g} > {params.parity_tolerance}")
+        qat = load_quantized(qat_dir / "qat")
+        int8_path = export_int8(qat, onnx_dir / INT8_NAME, scratch)
+        diff, agree = parity(session(int8_path, params.num_threads), qat, ids)
+        metrics.update({"parity.int8_vs_fake_quant_max_abs_diff": diff, "parity.int8_argmax_agreement": agree})
+
+        # -- every model of the chain, for the report --
+        rows: dict[str, dict[str, Any]] = {
+            "trained": {"path": export_fp32(teacher, report_dir / "trained.onnx"), "precision": "fp32",
+                        "num_params": teacher.num_params(), "config": teacher.config}}
+        for step in steps:
+            model = final if step == steps[-1] else load_checkpoint(step / CHECKPOINT_NAME).eval()
+            path = fp32_path if step == steps[-1] else export_fp32(model, report_dir / f"prune_{step.name}.onnx")
+            rows[f"prune_{step.name}"] = {"path": path, "precision": "fp32", "num_params": model.num_params(),
+                                          "config": model.config}
+        ptq = load_quantized(qat_dir / "ptq")
+        rows["ptq_int8"] = {"path": export_int8(ptq, report_dir / "ptq.int8.onnx", scratch), "precision": "int8",
+                            "num_params": ptq.model.num_params()}
+        rows["qat_int8"] = {"path": int8_path, "precision": "int8", "num_params": qat.model.num_params()}
+        if params.ort_dynamic_baseline:
+            dynamic = report_dir / "ort_dynamic.int8.onnx"
+            quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
+            rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
+        for name, row in rows.items():
+            row["file_mb"] = round(Path(row["path"]).stat().st_size / 2**20, 4)
+            sess = session(row["path"], params.num_threads)
+            ppl = tier_perplexity(lambda w, s=sess: ort_token_nll(s, w), params.tokens_dir,
+                                  final.config.max_seq_len, params.val_batch_size, params.val_batches)
+            row.update({f"val_ppl_{t}": v for t, v in ppl.items()})
+        seq_len = min(params.latency_seq_len, final.config.max_seq_len)
+        metrics["latency_seq_len"] = seq_len
+        measure(rows, params, vocab_size, seq_len)
+
+        # -- Hugging Face folder with the model card --
+        hf_dir = out / "hf"
+        write_hf_folder(final, hf_dir, eos_id, pad_id)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy2(Path(params.tokenizer_dir) / name, hf_dir / name)
+        shutil.rmtree(scratch)
+
+        table = [{"model": name, **{k: row[k] for k in TABLE_COLUMNS if k != "model"}} for name, row in rows.items()]
+        for row in table:
+            for key, value in row.items():
+                if key not in ("model", "precision"):
+                    metrics[f"{row['model']}.{key}"] = value
+        metrics.update(floors(rows))
+        sample = generate_text(int8_path, params.tokenizer_dir, params.generate, params.num_threads)
+        (hf_dir / "README.md").write_text(model_card(metrics, table, params, sample), encoding="utf-8")
+    metrics["seconds"] = round(time.perf_counter() - start, 3)
+    write_json(params.metrics_path, metrics)
+    write_csv(params.plot_path, TABLE_COLUMNS, [[row[c] for c in TABLE_COLUMNS] for row in table])
+    log.info("export: %s", {k: v for k, v in metrics.items() if k.startswith("floor.")})
+    return metrics
+
+
+def half_mlp_step(rows: dict[str, dict[str, Any]]) -> str | None:
+    """The pruning step whose model has half the trained MLP width and all its heads, when there is one."""
+    trained = rows["trained"]["config"]
+    for name, row in rows.items():
+        cfg = row.get("config")
+        if name.startswith("prune_") and 2 * cfg.hidden_dim == trained.hidden_dim and cfg.num_heads == trained.num_heads:
+            return name
+    return None
+
+
+def floors(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's acceptance floors as measured ratios (and 1/0 for pass/fail)."""
+    final = [n for n in rows if n.startswith("prune_")][-1]
+    qat, ptq, trained = rows["qat_int8"], rows["ptq_int8"], rows["trained"]
+    out = {
+        "floor.int8_file_ratio": round(qat["file_mb"] / rows[final]["file_mb"], 4),
+        "floor.int8_latency_ratio": round(qat["latency_ms_b1"] / rows[final]["latency_ms_b1"], 4),
+        "floor.int8_throughput_gain_b8": round(qat["tokens_per_s_b8"] / rows[final]["tokens_per_s_b8"], 4),
+        "floor.int8_ppl_ratio": round(qat["val_ppl_all"] / rows[final]["val_ppl_all"], 4),
+        "floor.qat_vs_ptq_ppl_ratio": round(qat["val_ppl_all"] / ptq["val_ppl_all"], 4),
+    }
+    out["floor.int8_file_pass"] = int(out["floor.int8_file_ratio"] <= 0.30)
+    out["floor.int8_latency_pass"] = int(out["floor.int8_latency_ratio"] <= 0.40)
+    out["floor.int8_ppl_pass"] = int(out["floor.int8_ppl_ratio"] <= 1.03 and out["floor.qat_vs_ptq_ppl_ratio"] <= 1.0)
+    half = half_mlp_step(rows)
+    if half:
+        out["floor.half_mlp_step"] = int(half.rsplit("_", 1)[1])
+        out["floor.half_mlp_speedup"] = round(trained["latency_ms_b1"] / rows[half]["latency_ms_b1"], 4)
+        out["floor.half_mlp_ppl_ratio"] = round(rows[half]["val_ppl_all"] / trained["val_ppl_all"], 4)
+        out["floor.half_mlp_speedup_pass"] = int(out["floor.half_mlp_speedup"] >= 1.25)
+        out["floor.half_mlp_ppl_pass"] = int(out["floor.half_mlp_ppl_ratio"] <= 1.10)
+    return out
+
+
+def generate_text(model_path: str | Path, tokenizer_dir: str, g: GenerateParams, num_threads: int) -> str:
+    """Sample a continuation of `g.prompt` from an ONNX LM (no KV cache: each token re-reads the window)."""
+    sess = session(model_path, num_threads)
+    meta = sess.get_modelmeta().custom_metadata_map
+    max_seq_len = json.loads(meta[CONFIG_METADATA_KEY])["max_seq_len"]
+    tokenizer = bpe.load(tokenizer_dir)
+    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(tokenizer_dir))
+    ids = [eos_id] + tokenizer.encode(g.prompt, add_special_tokens=False).ids  # eos starts every document
+    rng = np.random.default_rng(g.seed)
+    new: list[int] = []
+    for _ in range(g.max_new_tokens):
+        logits = run_logits(sess, np.array([(ids + new)[-max_seq_len:]]))[0, -1].astype(np.float64)
+        if g.temperature <= 0:
+            token = int(logits.argmax())
+        else:
+            if g.top_k:
+                logits[logits < np.sort(logits)[-g.top_k]] = -np.inf
+            probs = np.exp((logits - logits.max()) / g.temperature)
+            token = int(rng.choice(len(probs), p=probs / probs.sum()))
+        if token == eos_id:
+            break
+        new.append(token)
+    return g.prompt + tokenizer.decode(new)
+
+
+def generate_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stages.export generate",
+                                     description="Sample text from the exported ONNX model.")
+    parser.add_argument("--params", default="params.yaml", help="params file (section `export`: paths and defaults)")
+    parser.add_argument("--model", help=f"ONNX file (default: <export.out_dir>/onnx/{INT8_NAME})")
+    parser.add_argument("--prompt")
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--top-k", type=int)
+    parser.add_argument("--seed", type=int)
+    args = parser.parse_args(argv)
+    params = load_section(STAGE, Params, args.params)
+    g = params.generate
+    overrides = {"prompt": args.prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                 "top_k": args.top_k, "seed": args.seed}
+    g = GenerateParams(**{**g.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
+    model = args.model or str(Path(params.out_dir) / "onnx" / INT8_NAME)
+    print(generate_text(model, params.tokenizer_dir, g, params.num_threads))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["generate"]:
+        generate_main(argv[1:])
+        return
+    stage_main(STAGE, Params, run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()

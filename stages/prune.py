@@ -1,0 +1,163 @@
+"""`prune` stage: progressive structured pruning of the trained model, each step recovered by distillation.
+
+For each step of the schedule (fractions of the ORIGINAL MLP width and head count removed so far):
+1. score every MLP channel and attention head group of the current model on calibration batches
+   (`method`: magnitude, activation or gradient; stages.common.pruning);
+2. keep the top units of each layer (the same count in every layer) -> a physically smaller model;
+3. fine-tune it with distillation from the trained teacher (stages.common.distill: KL on softened logits
+   plus the LM loss);
+4. measure validation perplexity per tier before and after the fine-tune, and save the step.
+
+Outputs:
+
+    <out_dir>/step_<i>/model.safetensors   the model after step i (config in its metadata)
+    <out_dir>/model.safetensors            the last step's model (what `qat` quantizes)
+    <metrics_path>                         per step: widths, parameters, perplexity, KL, seconds
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from stages.common.atomic import atomic_dir, write_json
+from stages.common.cli import stage_main
+from stages.common.distill import DistillParams, distill
+from stages.common.evaluation import tier_perplexity, torch_token_nll
+from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
+from stages.common.pruning import METHODS, importance, prune, select, units_to_keep
+from stages.common.shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.training import resolve_precision, seed_everything
+
+log = logging.getLogger("refinery.prune")
+STAGE = "prune"
+
+
+@dataclass(frozen=True)
+class Params:
+    teacher_dir: str = "models/train"  # the trained FP32 model (model.safetensors): the train stage's model_dir
+    tokens_dir: str = "data/perplexity/tokens"  # {train,val}/{easy,medium,hard} token shards
+    out_dir: str = "models/pruned"
+    metrics_path: str = "metrics/prune.json"
+    seed: int = 0
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda
+    precision: str = "auto"  # distillation autocast: auto | fp32 | bf16 (evaluation is always fp32)
+    num_threads: int = 0  # torch CPU threads; 0 = torch's default
+    method: str = "activation"  # magnitude | activation | gradient (each combined with weight magnitude)
+    calibration_batches: int = 8  # training windows (batch_size x max_seq_len) used to score units
+    mlp_schedule: tuple[float, ...] = (0.25, 0.5, 0.5)  # share of the original MLP width removed after each step
+    head_schedule: tuple[float, ...] = (0.0, 0.0, 0.25)  # share of the original head groups removed
+    channel_multiple: int = 16  # kept MLP widths are multiples of this
+    val_batches: int = 0  # validation batches per tier (0 = every window)
+    distill: DistillParams = field(default_factory=DistillParams)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"param 'prune.method' must be one of {METHODS}, got {self.method!r}")
+        if not self.mlp_schedule or len(self.mlp_schedule) != len(self.head_schedule):
+            raise ValueError("params 'prune.mlp_schedule' and 'prune.head_schedule' need the same, non-zero length")
+        for name in ("mlp_schedule", "head_schedule"):
+            values = getattr(self, name)
+            if any(not 0 <= v < 1 for v in values) or list(values) != sorted(values):
+                raise ValueError(f"param 'prune.{name}' must be non-decreasing fractions in [0, 1), got {list(values)}")
+        if self.calibration_batches < 1 or self.channel_multiple < 1 or self.val_batches < 0 or self.num_threads < 0:
+            raise ValueError("params 'prune.calibration_batches' and '.channel_multiple' must be >= 1, "
+                             "'.val_batches' and '.num_threads' >= 0")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+    return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                        "cpu" if device == "auto" else device)
+
+
+def tier_sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
+    """Training windows drawn evenly across tiers (pruning should keep what every tier needs)."""
+    even = TierRatios(1.0, 1.0, 1.0)
+    return TierSampler(open_tiers(tokens_dir, "train"), TierMix(even, even, "constant"), seq_len, batch_size,
+                       max(1, steps), seed)
+
+
+def val_perplexity(model: Transformer, tokens_dir: str, batch_size: int, max_batches: int,
+                   device: torch.device) -> dict[str, float]:
+    return tier_perplexity(lambda windows: torch_token_nll(model, windows, device), tokens_dir,
+                           model.config.max_seq_len, batch_size, max_batches)
+
+
+def run(params: Params) -> dict[str, Any]:
+    start = time.perf_counter()
+    if params.num_threads:
+        torch.set_num_threads(params.num_threads)
+    device = resolve_device(params.device)
+    precision = resolve_precision(params.precision, device)
+    seed_everything(params.seed)
+    teacher = load_checkpoint(f"{params.teacher_dir}/{CHECKPOINT_NAME}", device).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    cfg = teacher.config
+    seq_len = params.distill.seq_len or cfg.max_seq_len
+    dp = params.distill
+    metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
+                               "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision}
+    for tier, ppl in val_perplexity(teacher, params.tokens_dir, dp.batch_size, params.val_batches, device).items():
+        metrics[f"teacher.val_ppl.{tier}"] = ppl
+    calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, dp.batch_size, 1, params.seed + 1)
+
+    student = copy.deepcopy(teacher)
+    for p in student.parameters():
+        p.requires_grad_(True)
+    with atomic_dir(params.out_dir) as out:
+        for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
+            t0 = time.perf_counter()
+            windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(device)
+                       for b in (calibration.batch(j) for j in range(params.calibration_batches))]
+            scores = importance(student, params.method, windows)
+            num_mlp = units_to_keep(cfg.hidden_dim, mlp_frac, params.channel_multiple)
+            num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
+            student = prune(student, select(scores, num_mlp, num_groups)).to(device)
+            before = val_perplexity(student, params.tokens_dir, dp.batch_size, params.val_batches, device)
+            sampler = tier_sampler(params.tokens_dir, seq_len, dp.batch_size, dp.steps, params.seed + 100 * i)
+
+            def next_batch(step: int, sampler: TierSampler = sampler) -> tuple[torch.Tensor, torch.Tensor]:
+                batch = sampler.batch(step)
+                return batch.inputs, batch.targets
+
+            history = distill(student, teacher, next_batch, dp, precision, device, desc=f"prune step {i}")
+            after = val_perplexity(student, params.tokens_dir, dp.batch_size, params.val_batches, device)
+            save_checkpoint(student, out / f"step_{i}" / CHECKPOINT_NAME)
+            prefix = f"step_{i}."
+            metrics.update({
+                prefix + "mlp_fraction_pruned": mlp_frac, prefix + "head_fraction_pruned": head_frac,
+                prefix + "ffn_dim": student.config.hidden_dim, prefix + "num_heads": student.config.num_heads,
+                prefix + "num_kv_heads": student.config.kv_heads, prefix + "num_params": student.num_params(),
+                prefix + "param_ratio": round(student.num_params() / teacher.num_params(), 4),
+                **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
+                **{f"{prefix}val_ppl.{t}": v for t, v in after.items()},
+                prefix + "val_ppl_ratio": round(after["all"] / metrics["teacher.val_ppl.all"], 4),
+                prefix + "kl_first": round(float(np.mean([h.kl for h in history[:5]])), 4) if history else 0.0,
+                prefix + "kl_last": round(float(np.mean([h.kl for h in history[-5:]])), 4) if history else 0.0,
+                prefix + "seconds": round(time.perf_counter() - t0, 3),
+            })
+            log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
+                     student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6,
+                     before["all"], after["all"], metrics["teacher.val_ppl.all"])
+        save_checkpoint(student, out / CHECKPOINT_NAME)
+    metrics["num_steps"] = len(params.mlp_schedule)
+    metrics["tiers"] = ",".join(TIERS)
+    metrics["seconds"] = round(time.perf_counter() - start, 3)
+    write_json(params.metrics_path, metrics)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(STAGE, Params, run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()

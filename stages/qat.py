@@ -1,0 +1,145 @@
+"""`qat` stage: INT8 quantization of the pruned model: a post-training (PTQ) baseline, then
+quantization-aware training (QAT) distilled from the FP32 model.
+
+1. wrap the FP32 model in `DeployLM` with the `scheme` (stages.common.quant): int8 per-channel weights on
+   every matmul (the output projection too), per-tensor activation quantizers on every matmul input,
+   int8 embedding rows;
+2. calibrate the activation observers on `calibration_batches` training windows, freeze them: that is
+   the PTQ model;
+3. QAT: from the PTQ model, fine-tune the weights through the fake quantizers (straight-through
+   gradients; activation scales stay frozen, weight scales follow the weights) with distillation from
+   the FP32 model;
+4. validation perplexity per tier of FP32, PTQ and QAT (torch, fake-quantized: the same numbers the
+   INT8 ONNX graph computes up to rounding; `export` measures the ONNX models themselves).
+
+Outputs (each model = a normal checkpoint + its frozen quantizer state):
+
+    <out_dir>/qat/model.safetensors, quant.safetensors
+    <out_dir>/ptq/model.safetensors, quant.safetensors
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from stages.common.atomic import atomic_dir, write_json
+from stages.common.cli import stage_main
+from stages.common.deploy import DeployLM
+from stages.common.distill import DistillOptim, DistillParams, distill
+from stages.common.evaluation import tier_perplexity, torch_token_nll
+from stages.common.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from stages.common.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
+from stages.common.shards import TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.training import seed_everything
+
+log = logging.getLogger("refinery.qat")
+STAGE = "qat"
+
+
+def _qat_distill() -> DistillParams:
+    # The FP32 model is the target: pure distillation (no LM term, which would keep training the model and
+    # blur what quantization costs), and a low rate: weights move by fractions of a quantization step.
+    return DistillParams(steps=60, kd_weight=1.0, lm_weight=0.0, optim=DistillOptim(lr=1e-4, warmup_steps=5))
+
+
+@dataclass(frozen=True)
+class Params:
+    model_dir: str = "models/pruned"  # the FP32 model to quantize (model.safetensors); also the teacher
+    tokens_dir: str = "data/perplexity/tokens"
+    out_dir: str = "models/qat"
+    metrics_path: str = "metrics/qat.json"
+    seed: int = 0
+    num_threads: int = 0  # torch CPU threads; 0 = torch's default (QAT runs on CPU in fp32)
+    calibration_batches: int = 8  # training windows (distill.batch_size x max_seq_len) seen by the observers
+    val_batches: int = 0  # validation batches per tier (0 = every window)
+    scheme: QuantScheme = field(default_factory=QuantScheme)
+    distill: DistillParams = field(default_factory=_qat_distill)
+
+    def __post_init__(self) -> None:
+        if self.calibration_batches < 1 or self.val_batches < 0 or self.num_threads < 0:
+            raise ValueError("param 'qat.calibration_batches' must be >= 1, '.val_batches' and '.num_threads' >= 0")
+
+
+def sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
+    even = TierRatios(1.0, 1.0, 1.0)
+    return TierSampler(open_tiers(tokens_dir, "train"), TierMix(even, even, "constant"), seq_len, batch_size,
+                       max(1, steps), seed)
+
+
+def calibrate(model: DeployLM, batches: list[torch.Tensor]) -> None:
+    set_mode(model, "observe")
+    with torch.inference_mode():
+        for inputs in batches:
+            model(inputs)
+    freeze(model)
+
+
+def run(params: Params) -> dict[str, Any]:
+    start = time.perf_counter()
+    if params.num_threads:
+        torch.set_num_threads(params.num_threads)
+    seed_everything(params.seed)
+    fp32 = load_checkpoint(f"{params.model_dir}/{CHECKPOINT_NAME}").eval()
+    for p in fp32.parameters():
+        p.requires_grad_(False)
+    cfg, dp = fp32.config, params.distill
+    seq_len = dp.seq_len or cfg.max_seq_len
+
+    def perplexity(model: torch.nn.Module) -> dict[str, float]:
+        return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
+                               dp.batch_size, params.val_batches)
+
+    metrics: dict[str, Any] = {"num_params": fp32.num_params(), **{f"fp32.val_ppl.{k}": v
+                                                                   for k, v in perplexity(fp32).items()}}
+    calibration = sampler(params.tokens_dir, cfg.max_seq_len, dp.batch_size, 1, params.seed + 1)
+    batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
+
+    t0 = time.perf_counter()
+    ptq = DeployLM(copy.deepcopy(fp32), params.scheme)
+    calibrate(ptq, batches)
+    metrics["ptq.seconds"] = round(time.perf_counter() - t0, 3)
+    metrics.update({f"ptq.val_ppl.{k}": v for k, v in perplexity(ptq).items()})
+
+    t0 = time.perf_counter()
+    qat = copy.deepcopy(ptq)
+    for p in qat.parameters():
+        p.requires_grad_(True)
+    train = sampler(params.tokens_dir, seq_len, dp.batch_size, dp.steps, params.seed + 2)
+
+    def next_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = train.batch(step)
+        return batch.inputs, batch.targets
+
+    # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
+    history = distill(qat, fp32, next_batch, dp, "fp32", torch.device("cpu"), desc="qat")
+    metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
+    metrics.update({f"qat.val_ppl.{k}": v for k, v in perplexity(qat).items()})
+    if history:
+        metrics["qat.kl_first"] = round(float(np.mean([h.kl for h in history[:5]])), 4)
+        metrics["qat.kl_last"] = round(float(np.mean([h.kl for h in history[-5:]])), 4)
+    for name in ("ptq", "qat"):
+        metrics[f"{name}.val_ppl_ratio"] = round(metrics[f"{name}.val_ppl.all"] / metrics["fp32.val_ppl.all"], 4)
+
+    with atomic_dir(params.out_dir) as out:
+        for name, model in (("ptq", ptq), ("qat", qat)):
+            save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
+            save_quant_state(model, params.scheme, out / name / QUANT_NAME)
+    metrics["seconds"] = round(time.perf_counter() - start, 3)
+    write_json(params.metrics_path, metrics)
+    log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f", metrics["fp32.val_ppl.all"], metrics["ptq.val_ppl.all"],
+             metrics["qat.val_ppl.all"])
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(STAGE, Params, run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()

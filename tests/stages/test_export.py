@@ -1,0 +1,114 @@
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from stages import export, prune, qat
+from stages.common.deploy import DeployLM, export_onnx, run_logits, session
+from stages.common.hf import write_hf_folder
+from stages.common.model import Transformer, preset
+from stages.common.pruning import magnitude_importance, select
+from stages.common.pruning import prune as prune_model
+from tests.common.compress_fixtures import make_inputs, tiny_prune_params, tiny_qat_params
+from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+VOCAB = 97
+
+
+def models() -> dict[str, Transformer]:
+    torch.manual_seed(0)
+    gqa = Transformer(preset("debug", VOCAB, init_std=0.1)).eval()  # 4 heads, 2 kv heads
+    mha = Transformer(preset("debug", VOCAB, num_kv_heads=0, tie_embeddings=False, init_std=0.1)).eval()
+    return {"gqa_tied": gqa, "mha_untied": mha,
+            # 3 heads of 8 in dim 32: transformers needs the zero-head padding
+            "pruned_heads": prune_model(mha, select(magnitude_importance(mha), 48, 3)).eval()}
+
+
+@pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads"])
+def test_fp32_onnx_matches_torch(tmp_path, name):
+    model = models()[name]
+    path = export_onnx(DeployLM(model), tmp_path / "m.onnx", VOCAB)
+    sess = session(path, 1)
+    for shape in ((1, 64), (3, 17), (2, 1)):  # dynamic batch and sequence axes
+        ids = torch.randint(0, VOCAB, shape)
+        with torch.no_grad():
+            expected = model(ids).numpy()
+        assert np.abs(run_logits(sess, ids) - expected).max() < 1e-4
+
+
+@pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads"])
+def test_hf_folder_loads_in_transformers_with_the_same_logits(tmp_path, name):
+    from transformers import LlamaForCausalLM
+    model = models()[name]
+    write_hf_folder(model, tmp_path / "hf", eos_id=0, pad_id=1)
+    hf = LlamaForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, VOCAB, (2, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, one_torch_thread):
+    root = tmp_path_factory.mktemp("export")
+    inputs = make_inputs(root / "inputs")
+    prune.run(tiny_prune_params(inputs, root))
+    qat.run(tiny_qat_params(root / "pruned", inputs, root))
+    params = dataclasses.replace(
+        export.Params(), teacher_dir=str(inputs["teacher"]), pruned_dir=str(root / "pruned"),
+        qat_dir=str(root / "qat"), tokenizer_dir=str(inputs["tokenizer"]), tokens_dir=str(inputs["tokens"]),
+        out_dir=str(root / "export"), metrics_path=str(root / "export.json"), plot_path=str(root / "export.csv"),
+        num_threads=1, latency_runs=2, latency_rounds=1, val_batches=2,
+        generate=dataclasses.replace(export.GenerateParams(), max_new_tokens=8))
+    return root, params, export.run(params)
+
+
+def test_run_exports_measures_and_reports(chain):
+    root, params, metrics = chain
+    out = root / "export"
+    for path in ("onnx/model.onnx", "onnx/model.int8.onnx", "onnx/report/trained.onnx", "onnx/report/ptq.int8.onnx",
+                 "hf/config.json", "hf/model.safetensors", "hf/tokenizer.json", "hf/README.md", "_SUCCESS"):
+        assert (out / path).is_file(), path
+    assert not (out / "_scratch").exists()
+    assert metrics["parity.fp32_max_abs_diff"] < 1e-4
+    rows = ["trained", "prune_step_1", "prune_step_2", "ptq_int8", "qat_int8", "ort_dynamic_int8"]
+    for row in rows:
+        assert metrics[f"{row}.file_mb"] > 0 and metrics[f"{row}.latency_ms_b1"] > 0, row
+        assert 1 < metrics[f"{row}.val_ppl_all"] < 1e4 and metrics[f"{row}.tokens_per_s_b8"] > 0, row
+    assert metrics["qat_int8.file_mb"] < metrics["prune_step_2.file_mb"]
+    assert metrics["floor.half_mlp_step"] == 1 and metrics["floor.half_mlp_ppl_ratio"] > 0
+    table = (root / "export.csv").read_text().splitlines()
+    assert table[0].startswith("model,precision") and [line.split(",")[0] for line in table[1:]] == rows
+    assert json.loads((root / "export.json").read_text()) == metrics
+    card = (out / "hf" / "README.md").read_text()
+    assert "| qat_int8 | int8 |" in card and "LlamaForCausalLM" in card
+
+
+def test_hf_folder_of_the_run_loads_with_auto_classes(chain):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    root, _, _ = chain
+    hf_dir = root / "export" / "hf"
+    model = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    tok = AutoTokenizer.from_pretrained(hf_dir)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    ids = tok("the river near the town", return_tensors="pt").input_ids
+    ours = export.load_checkpoint(root / "pruned" / "model.safetensors").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, ours(ids), atol=1e-4, rtol=0)
+
+
+def test_generate_command_samples_from_the_onnx_model(chain, tmp_path, capsys):
+    root, params, _ = chain
+    section = {k: v for k, v in dataclasses.asdict(params).items()}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"export": section}))
+    export.main(["generate", "--params", str(tmp_path / "params.yaml"), "--prompt", "the river", "--seed", "1",
+                 "--max-new-tokens", "6"])
+    text = capsys.readouterr().out.strip()
+    assert text.startswith("the river") and len(text) > len("the river")
+    greedy = export.generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
+                                  export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
+    assert greedy == export.generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
+                                          export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)

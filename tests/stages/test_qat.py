@@ -1,0 +1,98 @@
+import collections
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from stages import qat
+from stages.common.deploy import DeployLM, export_onnx, optimize_onnx, run_logits, session
+from stages.common.model import Transformer, preset
+from stages.common.quant import (ActQuant, QuantScheme, fake_quant_weight, freeze, load_quant_state,
+                                 quantize_weight, read_scheme, set_mode)
+from tests.common.compress_fixtures import make_inputs, tiny_qat_params
+from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, one_torch_thread):
+    return make_inputs(tmp_path_factory.mktemp("qat_inputs"))
+
+
+def calibrated(scheme: QuantScheme) -> DeployLM:
+    torch.manual_seed(0)
+    model = DeployLM(Transformer(preset("debug", VOCAB)).eval(), scheme).eval()
+    set_mode(model, "observe")
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randint(0, VOCAB, (4, 32)))
+    freeze(model)
+    return model
+
+
+def test_weights_are_int8_per_output_channel_symmetric():
+    w_t = torch.randn(32, 8) * torch.linspace(0.1, 3, 8)  # (in, out): a different range per output channel
+    q, scale = quantize_weight(w_t)
+    assert q.dtype == torch.int8 and int(q.min()) >= -128 and int(q.max()) <= 127
+    assert scale.shape == (8,) and (q.abs().amax(0) == 127).all()  # each channel uses its full range
+    torch.testing.assert_close(fake_quant_weight(w_t), q.float() * scale)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_activation_quantizer_calibrates_then_freezes(symmetric):
+    aq = ActQuant(QuantScheme(activation_symmetric=symmetric))
+    aq.mode = "observe"
+    x = torch.linspace(-1.0, 3.0, 1000)
+    assert aq(x) is x  # observing passes through
+    aq.freeze()
+    if symmetric:
+        assert aq.zero_point.item() == 0 and aq.scale.item() == pytest.approx(3 / 127)
+    else:
+        assert 0 < aq.zero_point.item() < 255 and aq.scale.item() == pytest.approx(4 / 255)
+    y = aq(x)
+    assert len(torch.unique(y)) <= 256 and (y - x).abs().max() <= aq.scale.item() / 2 + 1e-6
+    aq(torch.full((10,), 100.0))
+    assert aq.hi.item() == pytest.approx(3.0)  # frozen: no longer observing
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp_path, symmetric):
+    model = calibrated(QuantScheme(activation_symmetric=symmetric))
+    ids = torch.randint(0, VOCAB, (3, 40))
+    with torch.no_grad():
+        expected = model(ids).numpy()
+    model.use_int8_tables()
+    with torch.no_grad():
+        np.testing.assert_array_equal(model(ids).numpy(), expected)  # the int8 tables are the same numbers
+    raw = export_onnx(model, tmp_path / "qdq.onnx", VOCAB)
+    path = optimize_onnx(raw, tmp_path / "int8.onnx", 1)
+    graph = onnx.load(str(path)).graph
+    ops = collections.Counter(n.op_type for n in graph.node)
+    assert ops["MatMulIntegerToFloat"] == 2 * 4 + 1  # per layer: qkv(+rotary), wo, w1|w3, w2; plus the output
+    int8_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.INT8)
+    float_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
+    assert int8_bytes > float_bytes  # weights and the embedding table are stored as int8
+    got = run_logits(session(path, 1), ids)
+    assert got.shape == (3, 40, VOCAB)
+    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # rounding at a few boundaries at most
+    assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.95
+    assert run_logits(session(path, 1), ids[:1, :7]).shape == (1, 7, VOCAB)  # dynamic batch and sequence
+
+
+def test_run_writes_ptq_and_qat_and_qat_is_no_worse(inputs, tmp_path):
+    params = tiny_qat_params(inputs["teacher"], inputs, tmp_path)
+    metrics = qat.run(params)
+    assert json.loads((tmp_path / "qat.json").read_text()) == metrics
+    for name in ("ptq", "qat"):
+        quant_path = tmp_path / "qat" / name / "quant.safetensors"
+        assert read_scheme(quant_path) == params.scheme
+        loaded = DeployLM(Transformer(preset("debug", 320, max_seq_len=32)), params.scheme)
+        load_quant_state(loaded, quant_path)
+        assert all(m.mode == "quant" for m in loaded.modules() if isinstance(m, ActQuant))
+        assert metrics[f"{name}.val_ppl_ratio"] < 1.1, name  # int8 costs little even on a tiny model
+    assert metrics["qat.val_ppl.all"] <= metrics["ptq.val_ppl.all"] * 1.01
