@@ -1,0 +1,56 @@
+"""A real `dvc repro` of prune -> qat -> export on the debug preset, from a small trained teacher, tokenizer
+and token shards placed where the upstream stages (train, tokenizer, perplexity) put them."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.common.compress_fixtures import make_inputs
+from tests.conftest import BIN, init_dvc_repo, sh
+from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.fixture
+def dvc_repo(repo_copy: Path, tmp_path: Path) -> Path:
+    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
+    inputs = make_inputs(tmp_path / "inputs")
+    for key, dst in (("teacher", params["prune"]["teacher_dir"]), ("tokenizer", params["export"]["tokenizer_dir"]),
+                     ("tokens", params["prune"]["tokens_dir"])):
+        shutil.copytree(inputs[key], repo_copy / dst)
+    params["prune"].update(num_threads=1, precision="fp32", calibration_batches=2, mlp_schedule=[0.5, 0.5],
+                           head_schedule=[0.0, 0.5], channel_multiple=8)
+    params["prune"]["distill"].update(steps=3, batch_size=4)
+    params["qat"].update(num_threads=1, calibration_batches=2)
+    params["qat"]["distill"].update(steps=3, batch_size=4)
+    params["export"].update(num_threads=1, latency_runs=2, latency_rounds=1, val_batches=2)
+    params["export"]["generate"].update(max_new_tokens=5)
+    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    return init_dvc_repo(repo_copy)
+
+
+def test_repro_prune_qat_export_then_nothing_to_do(dvc_repo: Path):
+    # --downstream: the chain from prune on; its inputs (trained model, tokenizer, shards) are already in place
+    out = sh([str(BIN / "dvc"), "repro", "--downstream", "prune"], dvc_repo)
+    for stage in ("prune", "qat", "export"):
+        assert f"Running stage '{stage}'" in out
+    metrics = json.loads((dvc_repo / "metrics" / "export.json").read_text())
+    assert metrics["parity.fp32_max_abs_diff"] < 1e-4 and metrics["floor.half_mlp_step"] == 1
+    for path in ("models/pruned/step_2/model.safetensors", "models/qat/qat/quant.safetensors",
+                 "models/export/onnx/model.int8.onnx", "models/export/hf/config.json", "metrics/export.csv"):
+        assert (dvc_repo / path).is_file(), path
+    lock = yaml.safe_load((dvc_repo / "dvc.lock").read_text())
+    assert {"prune", "qat", "export"} <= set(lock["stages"])
+
+    again = sh([str(BIN / "dvc"), "repro", "--downstream", "prune"], dvc_repo)
+    assert "Running stage" not in again
+
+    shown = json.loads(sh([str(BIN / "dvc"), "metrics", "show", "--json", "metrics/export.json"], dvc_repo))
+    assert shown[""]["data"]["metrics/export.json"]["data"]["floor.half_mlp_step"] == 1
+    plots = json.loads(sh([str(BIN / "dvc"), "plots", "show", "--json", "metrics/export.csv"], dvc_repo))
+    assert plots["data"]["metrics/export.csv"]
