@@ -1,0 +1,173 @@
+"""Benchmark the train stage against issue #5's CPU floor: the framework's overhead.
+
+    python bench/train.py              # params.yaml's model on the demo token shards (synthetic if absent)
+    python bench/train.py --steps 40   # shorter
+
+1. plain loop: a minimal single-process training loop (model, fused AdamW, autocast, backward,
+   clip_grad_norm_, step, LR schedule) on the same model, batch and precision, fed with the same
+   sampler's batches, in its own process;
+2. stage, one process: `python -m stages.train` under torchrun with nproc 1 (the real command:
+   launcher, process group, sampler, global-norm clipping, guards, metrics, validation and checkpoints
+   excluded from the per-step timing as they are in the loop);
+3. stage, DDP with 2 processes (1 thread each) and, for reference, FSDP2 with 2.
+
+Tokens/s is the median over steps of per-step tokens/s after the first 10% of steps, on both sides.
+Floor: stage (1 process) >= 0.95 x plain loop. Run on an otherwise idle machine: torch with 2 threads on
+a busy 2-core machine slows down many times over. Results: bench/results/train.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from stages.common.model import Transformer, preset  # noqa: E402
+from stages.common.params import from_dict, read_params  # noqa: E402
+from stages.common.shards import TIERS, TierSampler, TokenShardWriter, open_tiers  # noqa: E402
+from stages.common.training import autocast, configure_optimizer, make_scheduler, seed_everything  # noqa: E402
+from stages.train import Params  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+OVERHEAD_FLOOR = 0.95
+
+
+def synthetic_tokens(root: Path, vocab_size: int) -> Path:
+    rng = np.random.default_rng(0)
+    for split, docs in (("train", 3000), ("val", 30)):
+        for tier in TIERS:
+            writer = TokenShardWriter(root / split / tier, vocab_size, 0)
+            for _ in range(docs):
+                writer.add(rng.integers(1, vocab_size, size=500))
+            writer.close()
+    (root / "manifest.json").write_text(json.dumps({"vocab_size": vocab_size, "eos_id": 0}))
+    return root
+
+
+def steady_median(rates: list[float]) -> float:
+    return statistics.median(rates[len(rates) // 10:])
+
+
+def plain_loop(params: Params, steps: int) -> dict:
+    """The baseline, run in this (fresh) process: nothing but the training step."""
+    torch.set_num_threads(params.num_threads or os.cpu_count() or 1)
+    vocab_size = json.loads((Path(params.tokens_dir) / "manifest.json").read_text())["vocab_size"]
+    cfg = preset(params.preset, vocab_size, **({"max_seq_len": params.seq_len} if params.seq_len else {}))
+    seed_everything(params.seed)
+    device = torch.device("cpu")
+    model = Transformer(cfg)
+    optimizer = configure_optimizer(model, params.optim, device)
+    scheduler = make_scheduler(optimizer, params.optim, steps)
+    batch_size = params.micro_batch_size * params.gradient_accumulation_steps
+    sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, cfg.max_seq_len, batch_size,
+                          steps, params.seed)
+    rates = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        batch = sampler.batch(step)
+        for x, y in zip(batch.inputs.chunk(params.gradient_accumulation_steps),
+                        batch.targets.chunk(params.gradient_accumulation_steps)):
+            with autocast(params.precision, device):
+                loss = model(x, y) / params.gradient_accumulation_steps
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), params.optim.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        loss.item()
+        rates.append(batch_size * cfg.max_seq_len / (time.perf_counter() - t0))
+    return {"tokens_per_s": steady_median(rates), "threads": torch.get_num_threads()}
+
+
+def run_stage(base: dict, tmp: Path, name: str, **overrides) -> dict:
+    section = {**base, **overrides, "parallel": {**base["parallel"], **overrides.get("parallel", {})}}
+    out = tmp / name
+    section.update(model_dir=str(out / "model"), checkpoint_dir=str(out / "ckpt"), metrics_path=str(out / "train.json"),
+                   steps_path=str(out / "steps.csv"), val_path=str(out / "val.csv"), progress_bar=False)
+    out.mkdir(parents=True)
+    (out / "params.yaml").write_text(yaml.safe_dump({"train": section}))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "stages.train", "--params", str(out / "params.yaml")], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = json.loads((out / "train.json").read_text())
+    metrics["wall_s"] = time.perf_counter() - t0
+    return metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--plain-only", metavar="PARAMS_JSON", help=argparse.SUPPRESS)  # the baseline's subprocess
+    args = parser.parse_args()
+    if args.plain_only:
+        section = json.loads(Path(args.plain_only).read_text())
+        print(json.dumps(plain_loop(from_dict(Params, section, prefix="train."), args.steps)))
+        return
+
+    base = read_params(ROOT / "params.yaml")["train"]
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        tokens = ROOT / base["tokens_dir"]
+        if not (tokens / "manifest.json").is_file():
+            vocab = read_params(ROOT / "params.yaml")["tokenizer"]["vocab_size"]
+            tokens = synthetic_tokens(tmp / "tokens", vocab)
+        # Same batch on both sides: one micro-batch of 16 sequences per step, one process.
+        common = {"tokens_dir": str(tokens), "max_steps": args.steps, "micro_batch_size": 16,
+                  "gradient_accumulation_steps": 1, "checkpoint": {"every": 0, "keep": 1},
+                  "eval": {"every": 0, "windows": 8}, "parallel": {"data_parallel_size": 1}}
+        base = {**base, **common, "parallel": {**base["parallel"], **common["parallel"]}}
+        (tmp / "plain.json").write_text(json.dumps({**base, "num_threads": 0}))
+        plain = json.loads(subprocess.run(
+            [sys.executable, __file__, "--steps", str(args.steps), "--plain-only", str(tmp / "plain.json")],
+            check=True, capture_output=True, text=True).stdout)
+        one = run_stage(base, tmp, "one_process")
+        ddp = run_stage(base, tmp, "ddp2", micro_batch_size=8, parallel={"data_parallel_size": 2})
+        fsdp = run_stage(base, tmp, "fsdp2", micro_batch_size=8,
+                         parallel={"data_parallel_size": 2, "data_parallel_mode": "fsdp"})
+
+    ratio = one["tokens_per_s"] / plain["tokens_per_s"]
+    result = {
+        "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()},
+        "model": base["preset"], "precision": base["precision"], "steps": args.steps, "global_batch": 16,
+        "plain_loop_tokens_per_s": plain["tokens_per_s"], "plain_loop_threads": plain["threads"],
+        "stage_1proc_tokens_per_s": one["tokens_per_s"], "stage_over_plain": ratio,
+        "stage_ddp2_tokens_per_s": ddp["tokens_per_s"], "stage_fsdp2_tokens_per_s": fsdp["tokens_per_s"],
+        "stage_1proc_final_loss": one["final_loss"], "stage_ddp2_final_loss": ddp["final_loss"],
+        "stage_fsdp2_final_loss": fsdp["final_loss"], "floor_stage_over_plain": OVERHEAD_FLOOR,
+        "pass": ratio >= OVERHEAD_FLOOR,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "train.json").write_text(json.dumps(result, indent=2) + "\n")
+    md = [
+        "# train stage benchmark (issue #5)", "",
+        f"`python bench/train.py --steps {args.steps}` on {os.cpu_count()} cores, model `{base['preset']}`, "
+        f"{base['precision']}, global batch 16 x seq_len, median per-step tokens/s after the first 10% of steps.", "",
+        "| run | tokens/s | vs plain loop | final loss |", "| --- | ---: | ---: | ---: |",
+        f"| plain single-process loop ({plain['threads']} threads) | {plain['tokens_per_s']:,.0f} | 1.00 | |",
+        f"| stage, 1 process (torchrun) | {one['tokens_per_s']:,.0f} | {ratio:.3f} | {one['final_loss']:.4f} |",
+        f"| stage, DDP 2 processes x 1 thread | {ddp['tokens_per_s']:,.0f} | "
+        f"{ddp['tokens_per_s'] / plain['tokens_per_s']:.3f} | {ddp['final_loss']:.4f} |",
+        f"| stage, FSDP2 2 processes x 1 thread | {fsdp['tokens_per_s']:,.0f} | "
+        f"{fsdp['tokens_per_s'] / plain['tokens_per_s']:.3f} | {fsdp['final_loss']:.4f} |", "",
+        f"Floor: stage (1 process) >= {OVERHEAD_FLOOR} x plain loop: **{'PASS' if result['pass'] else 'FAIL'}** "
+        f"({ratio:.3f}).", "",
+    ]
+    (RESULTS / "train.md").write_text("\n".join(md))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
