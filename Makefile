@@ -10,7 +10,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test bench lock clean-outputs
+.PHONY: install demo test bench lock clean-outputs flows
 
 install: $(STAMP)
 
@@ -34,6 +34,12 @@ demo: install .dvc/config
 
 test: install
 	$(BIN)/python -m pytest
+
+# Prefect UI + deployments: a local server on 127.0.0.1:$(PREFECT_PORT) (SQLite in ~/.prefect, analytics off)
+# serving the `pipeline` and scheduled `retrain` deployments (flows/serve.py). Ctrl-C stops both.
+PREFECT_PORT ?= 4200
+flows: install .dvc/config
+	$(BIN)/python -m flows.serve --port $(PREFECT_PORT)
 
 # One script per benchmark; each writes bench/results/<name>.{json,md}. Run on an otherwise idle machine.
 bench: install

@@ -1,0 +1,82 @@
+"""Settings of the flows: `<workspace>/flows/config.yaml`, with `${section.key}` resolved against params.yaml.
+
+The file is separate from params.yaml so that no DVC stage, experiment or `dvc exp show` column ever
+depends on how the pipeline is orchestrated (see the header of flows/config.yaml).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stages.common.params import from_dict, read_params
+
+CONFIG_PATH = Path("flows") / "config.yaml"
+REFERENCE_RE = re.compile(r"\$\{([^}]+)\}")
+
+
+class UnresolvedReference(KeyError):
+    """A `${section.key}` names a key that params.yaml does not have."""
+
+
+@dataclass(frozen=True)
+class RetrainConfig:
+    cron: str = "0 3 * * 1"
+    timezone: str = "UTC"
+    raw_inputs: tuple[str, ...] = ("${clean.input}",)
+    candidates: tuple[str, ...] = ("${train.model_dir}/model.safetensors", "${perplexity.model_dir}/model.safetensors")
+    tokenizer: str = "${tokenizer.out_dir}"
+    eval_docs: str = "${perplexity.out_dir}/docs"
+    eval_set: str = "models/eval_set.jsonl"
+    eval_max_docs: int = 500
+    eval_max_chars: int = 4000
+    min_improvement: float = 0.01
+    registry: str = "models/registry.json"
+    champion_dir: str = "models/champion"
+    device: str = "cpu"
+    num_threads: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_improvement < 1:
+            raise ValueError(f"flows config 'retrain.min_improvement' must be in [0, 1), got {self.min_improvement}")
+        if self.eval_max_docs < 1 or self.eval_max_chars < 1:
+            raise ValueError("flows config 'retrain.eval_max_docs' and 'retrain.eval_max_chars' must be >= 1")
+        if not self.raw_inputs or not self.candidates:
+            raise ValueError("flows config 'retrain.raw_inputs' and 'retrain.candidates' must not be empty")
+
+
+@dataclass(frozen=True)
+class FlowsConfig:
+    lock_wait_s: float = 0.0
+    dvc_lock_retries: int = 2
+    retry_delay_s: float = 10.0
+    experiments_dir: str = ".dvc/tmp/flows"
+    export_stage: str = "export"
+    retrain: RetrainConfig = field(default_factory=RetrainConfig)
+
+
+def load_config(workspace: Path) -> FlowsConfig:
+    """The workspace's flows/config.yaml; unknown keys and wrong types raise ValueError naming the key."""
+    path = workspace / CONFIG_PATH
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return from_dict(FlowsConfig, data, prefix=f"{CONFIG_PATH}:")
+
+
+def resolve(text: str, params: dict[str, Any]) -> str:
+    """Replace each `${section.key}` in `text` with its value in `params` (as dvc.yaml interpolates)."""
+    def lookup(match: re.Match[str]) -> str:
+        value: Any = params
+        for part in match.group(1).split("."):
+            if not isinstance(value, dict) or part not in value:
+                raise UnresolvedReference(f"params.yaml has no {match.group(1)!r} (referenced by {text!r})")
+            value = value[part]
+        return str(value)
+
+    return REFERENCE_RE.sub(lookup, text)
+
+
+def workspace_params(workspace: Path) -> dict[str, Any]:
+    return read_params(workspace / "params.yaml")

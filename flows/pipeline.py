@@ -1,0 +1,185 @@
+"""The `pipeline` flow: one task per DVC stage, in `dvc dag` order, each running `dvc repro <stage>`.
+
+DVC decides what is stale and keeps the cache and dvc.lock; the flow only orders, logs and reports.
+Two modes:
+- workspace: the stages are reproduced in the workspace, exactly as `dvc repro` would;
+- experiment (whenever parameters are overridden, and for every run the `pipeline` deployment starts
+  from the UI): the same tasks in a private worktree, saved as a DVC experiment (flows/experiment.py);
+  the workspace's params.yaml is not edited.
+A stage that fails fails its task and the flow with the stage's own output; a task is retried only when
+DVC's lock was busy (re-running `dvc repro <stage>` is idempotent). One run at a time per workspace.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+
+from flows import experiment as exp_worktree
+from flows.artifacts import comparison_rows, link, markdown_table, publish_stage, read_metrics
+from flows.commands import CommandFailed, dvc, run
+from flows.config import FlowsConfig, load_config
+from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
+from flows.lock import workspace_lock
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace
+
+
+@dataclass(frozen=True)
+class StageRun:
+    stage: str
+    outcome: str  # ran | up to date | restored from run cache
+    seconds: float
+
+
+def resolve_workspace(workspace: str) -> Path:
+    return Path(workspace).resolve() if workspace else ROOT
+
+
+def _retry_when_dvc_lock_busy(task, task_run, state) -> bool:  # noqa: ANN001 (Prefect's hook signature)
+    error = state.result(raise_on_failure=False)
+    return isinstance(error, CommandFailed) and error.dvc_lock_busy
+
+
+@task(name="dvc-status", cache_policy=NO_CACHE, retry_condition_fn=_retry_when_dvc_lock_busy)
+def find_stale(cwd: Path, stages: list[StageInfo]) -> set[str]:
+    """One `dvc status` for the whole pipeline: the stages DVC would run (see `reproduce_stage`)."""
+    output = run(dvc("status", "--json"), cwd, get_run_logger(), quiet=True).output
+    stale = stale_stages(stages, status_json(output))
+    get_run_logger().info("stages to reproduce: %s", ", ".join(s.name for s in stages if s.name in stale) or "none")
+    return stale
+
+
+@task(name="dvc-repro", task_run_name="{stage.name}", cache_policy=NO_CACHE,
+      retry_condition_fn=_retry_when_dvc_lock_busy)
+def reproduce_stage(stage: StageInfo, cwd: Path, stale: bool) -> StageRun:
+    """`dvc repro <stage>` (its output streamed into this task's log), then the stage's metrics artifact.
+
+    A stage that `dvc status` found up to date, with all its upstream stages, is not handed to
+    `dvc repro` again: DVC has already said it would skip it, and a DVC start per stage would cost more
+    than the whole check (the flow's floor is 15 s for an up-to-date pipeline)."""
+    start = time.perf_counter()
+    log = get_run_logger()
+    if stale:
+        result = run(dvc("repro", stage.name), cwd, log, what=f"stage {stage.name!r} (dvc repro)")
+        outcome = stage_outcome(stage.name, result)
+    else:
+        log.info("Stage %r and its upstream stages are up to date (dvc status): nothing to reproduce", stage.name)
+        outcome = "up to date"
+    publish_stage(stage, cwd, outcome)
+    return StageRun(stage.name, outcome, round(time.perf_counter() - start, 2))
+
+
+@task(name="prepare-experiment", cache_policy=NO_CACHE)
+def prepare_experiment(workspace: Path, exp_dir: Path, overrides: list[str]) -> list[StageInfo]:
+    """A worktree of the workspace with the overrides applied; returns its stages (paths may depend on them)."""
+    log = get_run_logger()
+    exp_worktree.create_worktree(workspace, exp_dir, log)
+    exp_worktree.copy_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log)
+    if overrides:
+        exp_worktree.set_params(exp_dir, overrides)
+        log.info("parameters for this experiment: %s", " ".join(overrides))
+    run(dvc("checkout", "--allow-missing"), exp_dir, log)
+    return stages_in_order(exp_dir)
+
+
+@task(name="dvc-exp-save", cache_policy=NO_CACHE)
+def save_experiment(exp_dir: Path, name: str, stages: list[StageInfo]) -> None:
+    exp_worktree.save_experiment(exp_dir, name, stages, get_run_logger())
+
+
+@task(name="dvc-plots", cache_policy=NO_CACHE)
+def render_plots(cwd: Path, out_dir: Path) -> Path:
+    """`dvc plots show` into one HTML page."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    run(dvc("plots", "show", "--out", str(out_dir)), cwd, get_run_logger())
+    return out_dir / "index.html"
+
+
+@task(name="summary", cache_policy=NO_CACHE)
+def summarize(cwd: Path, stages: list[StageInfo], runs: list[StageRun], cfg: FlowsConfig, heading: str,
+              plots_page: Path | None, outputs_note: str) -> None:
+    """The model comparison table (the export stage's metrics) and a summary with links."""
+    by_name = {s.name: s for s in stages}
+    export = by_name.get(cfg.export_stage)
+    parts = [f"## {heading}", markdown_table([asdict(r) for r in runs])]
+    metrics_files = [m for m in (export.metrics if export else ()) if (cwd / m).is_file()]
+    if metrics_files:
+        rows = comparison_rows(read_metrics(cwd / metrics_files[0]))
+        create_table_artifact(rows, key="model-comparison", description=f"models compared in `{metrics_files[0]}`")
+        parts += [f"### Model comparison (`{metrics_files[0]}`)", markdown_table(rows)]
+    else:
+        parts.append(f"### Model comparison\n\nNo metrics from a `{cfg.export_stage}` stage in this pipeline yet.")
+    final = export or stages[-1]
+    label = "Exported files" if export else f"Outputs of the last stage, `{final.name}`"
+    listed = [f"- `{o}`" if outputs_note else f"- {link(cwd / o, o)}" for o in final.outs if (cwd / o).exists()]
+    parts.append(f"### {label}\n\n{outputs_note}\n\n" + "\n".join(listed))
+    if plots_page:
+        parts.append(f"### Plots\n\n- {link(plots_page, 'dvc plots show')} (every plot of dvc.yaml)")
+    create_markdown_artifact("\n\n".join(parts) + "\n", key="pipeline-summary", description=heading)
+
+
+def _reproduce_all(cwd: Path, stages: list[StageInfo], cfg: FlowsConfig) -> list[StageRun]:
+    retries = {"retries": cfg.dvc_lock_retries, "retry_delay_seconds": cfg.retry_delay_s}
+    repro = reproduce_stage.with_options(**retries)
+    stale = find_stale.with_options(**retries)(cwd, stages)
+    return [repro(stage, cwd, stage.name in stale) for stage in stages]
+
+
+def _report(root: Path, cwd: Path, stages: list[StageInfo], runs: list[StageRun], cfg: FlowsConfig,
+            heading: str, outputs_note: str) -> None:
+    plots_page = None
+    if any(s.plots for s in stages):
+        plots_page = render_plots(cwd, root / cfg.experiments_dir / "plots" / flow_run.get_name())
+    summarize(cwd, stages, runs, cfg, heading, plots_page, outputs_note)
+
+
+@flow(name="pipeline")
+def pipeline(set_params: list[str] | None = None, experiment: bool | None = None, experiment_name: str = "",
+             workspace: str = "") -> dict[str, Any]:
+    """Reproduce every DVC stage, one task each.
+
+    set_params: `dvc exp run --set-param` overrides, e.g. `train.max_steps=50`; they make the run an experiment.
+    experiment: run as a DVC experiment (default: only when there are overrides); the workspace is untouched.
+    experiment_name: the experiment's name in `dvc exp show` (default: this flow run's name).
+    workspace: the DVC repository (default: the one these flows ship in).
+    """
+    root = resolve_workspace(workspace)
+    cfg = load_config(root)
+    log = get_run_logger()
+    overrides = list(set_params or [])
+    as_experiment = bool(overrides) if experiment is None else experiment
+    if overrides and not as_experiment:
+        raise ValueError("parameter overrides run only as a DVC experiment: the workspace's params.yaml is never "
+                         "edited by a flow (drop experiment=false, or edit params.yaml yourself)")
+    owner = f"flow run {flow_run.get_name()!r} ({flow_run.get_id()})"
+    with workspace_lock(root, owner, cfg.lock_wait_s, log):
+        if as_experiment:
+            return _run_experiment(root, cfg, overrides, experiment_name or flow_run.get_name())
+        stages = stages_in_order(root)
+        runs = _reproduce_all(root, stages, cfg)
+        _report(root, root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")
+        return {"mode": "workspace", "stages": [asdict(r) for r in runs]}
+
+
+def _run_experiment(root: Path, cfg: FlowsConfig, overrides: list[str], name: str) -> dict[str, Any]:
+    exp_dir = root / cfg.experiments_dir / "exps" / name
+    try:
+        stages = prepare_experiment(root, exp_dir, overrides)
+        runs = _reproduce_all(exp_dir, stages, cfg)
+        save_experiment(exp_dir, name, stages)
+        note = (f"In DVC's cache as experiment `{name}`: `dvc exp show` compares it, `dvc exp apply {name}` "
+                f"puts its params, metrics and outputs in the workspace.")
+        heading = f"Experiment `{name}` ({' '.join(overrides) or 'no overrides'})"
+        _report(root, exp_dir, stages, runs, cfg, heading, note)
+        return {"mode": "experiment", "experiment": name, "set_params": overrides,
+                "stages": [asdict(r) for r in runs]}
+    finally:
+        if exp_dir.exists():
+            exp_worktree.remove_worktree(root, exp_dir, get_run_logger())

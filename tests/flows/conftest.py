@@ -1,0 +1,207 @@
+"""A real Prefect server on a free loopback port, tiny DVC repos, and reads of what the API recorded."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, ROOT, init_dvc_repo, sh
+
+SERVER_START_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`prefect server start` on 127.0.0.1 with its own PREFECT_HOME and SQLite file; yields the API URL and
+    points this process's Prefect settings (and its children's environment) at it."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db"}
+    env.pop("PREFECT_API_URL", None)
+    log = open(home / "server.log", "wb")
+    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                               "--analytics-off", "--no-ui"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while not _healthy(api_url):
+        assert server.poll() is None, (home / "server.log").read_text()
+        assert time.monotonic() < deadline, "Prefect server did not start"
+        time.sleep(0.25)
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
+    os.environ.update(PREFECT_API_URL=api_url, PREFECT_HOME=str(home))  # for subprocesses started by tests
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_HOME: str(home)}):
+            yield api_url
+    finally:
+        # Send what the log and event workers still hold while the server is up; else at exit they retry
+        # a server that is gone, for over a minute.
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=10)
+        EventsWorker.drain_all(timeout=10)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def shipped_config(**retrain: Any) -> dict[str, Any]:
+    """flows/config.yaml as shipped, with `retrain` keys replaced."""
+    config = yaml.safe_load((ROOT / "flows" / "config.yaml").read_text())
+    config["retrain"].update(retrain)
+    return config
+
+
+def write_config(repo: Path, config: dict[str, Any]) -> None:
+    (repo / "flows").mkdir(exist_ok=True)
+    (repo / "flows" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def git_commit(repo: Path, message: str = "state") -> None:
+    sh(["git", "add", "-A"], repo)
+    sh(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-q", "-m", message], repo)
+
+
+def make_repo(repo: Path, dvc_yaml: str, params: dict[str, Any], files: dict[str, str],
+              config: dict[str, Any] | None = None) -> Path:
+    """A git + DVC repo with the given pipeline, params and files, committed (experiments need a commit)."""
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "dvc.yaml").write_text(textwrap.dedent(dvc_yaml))
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(textwrap.dedent(text))
+    write_config(repo, config or shipped_config())
+    (repo / ".gitignore").write_text("/metrics/\n")  # as in the project: metrics are not committed
+    init_dvc_repo(repo)
+    sh(["git", "config", "user.name", "test"], repo)  # `dvc exp save` commits
+    sh(["git", "config", "user.email", "test@example.com"], repo)
+    git_commit(repo, "pipeline")
+    return repo
+
+
+# A two-stage pipeline of cheap commands: `count` repeats the raw text `count.n` times, `measure` records
+# the length. Metrics are gitignored, as in the project.
+TWO_STAGES = """
+stages:
+  count:
+    cmd: python count.py
+    deps: [count.py, raw]
+    params: [count]
+    outs: [out/count.txt]
+    metrics:
+      - metrics/count.json:
+          cache: false
+  measure:
+    cmd: python measure.py
+    deps: [measure.py, out/count.txt]
+    params: [measure]
+    outs: [out/measure.txt]
+    metrics:
+      - metrics/measure.json:
+          cache: false
+"""
+TWO_STAGE_FILES = {
+    "raw/a.txt": "hello\n",
+    "count.py": """
+        import json, os, time, yaml
+        p = yaml.safe_load(open("params.yaml"))["count"]
+        time.sleep(p["sleep_s"])
+        if p["fail"]:
+            raise ValueError("corrupt raw shard raw/a.txt: bad header")
+        text = "".join(open(os.path.join("raw", f)).read() for f in sorted(os.listdir("raw")))
+        os.makedirs("out", exist_ok=True); os.makedirs("metrics", exist_ok=True)
+        open("out/count.txt", "w").write(text * p["n"])
+        json.dump({"n": p["n"], "chars": len(text * p["n"])}, open("metrics/count.json", "w"))
+        print("count: wrote", len(text * p["n"]), "characters")
+    """,
+    "measure.py": """
+        import json, os
+        n = len(open("out/count.txt").read())
+        os.makedirs("metrics", exist_ok=True)
+        open("out/measure.txt", "w").write(str(n))
+        json.dump({"length": n}, open("metrics/measure.json", "w"))
+    """,
+}
+TWO_STAGE_PARAMS = {"count": {"n": 3, "sleep_s": 0, "fail": False}, "measure": {"unit": "chars"}}
+
+
+@pytest.fixture
+def two_stage_repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", TWO_STAGES, TWO_STAGE_PARAMS, TWO_STAGE_FILES)
+
+
+def flow_run_id(state) -> UUID:
+    return state.state_details.flow_run_id
+
+
+def task_runs(run_id: UUID) -> list:
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter
+
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(flow_run_filter=FlowRunFilter(id={"any_": [run_id]}))
+
+
+def artifacts(run_id: UUID) -> dict[str, Any]:
+    """{key: artifact} of one flow run."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id={"any_": [run_id]}))
+    return {a.key: a for a in found if a.key}
+
+
+def read_flow_run(run_id: UUID):
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(run_id)
+
+
+def dvc(*args: str, cwd: Path) -> str:
+    return sh([str(BIN / "dvc"), *args], cwd)
+
+
+def exp_show(repo: Path) -> dict[str, dict]:
+    """{experiment name: {"params": ..., "metrics": ...}} from `dvc exp show --json`."""
+    shown = {}
+    for baseline in json.loads(dvc("exp", "show", "--json", cwd=repo)):
+        for exp in baseline.get("experiments") or []:
+            data = exp["revs"][0]["data"]
+            shown[exp["name"]] = {"params": data["params"]["params.yaml"]["data"],
+                                  "metrics": {k: v["data"] for k, v in data["metrics"].items()}}
+    return shown

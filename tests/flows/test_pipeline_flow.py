@@ -1,0 +1,95 @@
+"""The `pipeline` flow against a real Prefect server: tasks per stage, experiments, failures, the lock."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.pipeline import pipeline
+from tests.conftest import ROOT
+from tests.flows.conftest import artifacts, dvc, exp_show, flow_run_id, read_flow_run, task_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server")]
+
+
+def set_param(repo: Path, section: str, key: str, value) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params[section][key] = value
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_workspace_run_one_task_per_stage_then_nothing_to_do(two_stage_repo: Path):
+    state = pipeline(workspace=str(two_stage_repo), return_state=True)
+    assert state.is_completed()
+    result = state.result()
+    assert [(s["stage"], s["outcome"]) for s in result["stages"]] == [("count", "ran"), ("measure", "ran")]
+    assert json.loads((two_stage_repo / "metrics" / "measure.json").read_text()) == {"length": 18}
+    assert "up to date" in dvc("status", cwd=two_stage_repo)
+
+    runs = {t.name: t for t in task_runs(flow_run_id(state))}
+    assert {"count", "measure"} <= set(runs) and all(t.state.is_completed() for t in runs.values())
+    assert runs["count"].start_time < runs["measure"].start_time  # dependency order
+    found = artifacts(flow_run_id(state))
+    assert {"stage-count", "stage-measure", "pipeline-summary"} <= set(found)
+    assert {"file": "metrics/count.json", "metric": "chars", "value": 18} in json.loads(found["stage-count"].data)
+
+    again = pipeline(workspace=str(two_stage_repo))
+    assert [s["outcome"] for s in again["stages"]] == ["up to date", "up to date"]
+
+
+def test_overrides_run_as_a_dvc_experiment_and_leave_the_workspace_alone(two_stage_repo: Path):
+    pipeline(workspace=str(two_stage_repo))  # the workspace is built; the experiment starts from it
+    params_before = (two_stage_repo / "params.yaml").read_bytes()
+    lock_before = (two_stage_repo / "dvc.lock").read_bytes()
+
+    state = pipeline(workspace=str(two_stage_repo), set_params=["count.n=5"], experiment_name="five",
+                     return_state=True)
+    assert state.is_completed()
+    assert [(s["stage"], s["outcome"]) for s in state.result()["stages"]] == [("count", "ran"), ("measure", "ran")]
+    assert (two_stage_repo / "params.yaml").read_bytes() == params_before
+    assert (two_stage_repo / "dvc.lock").read_bytes() == lock_before
+    assert json.loads((two_stage_repo / "metrics" / "measure.json").read_text()) == {"length": 18}
+    shown = exp_show(two_stage_repo)
+    assert shown["five"]["params"] == {"count": {"n": 5, "sleep_s": 0, "fail": False}, "measure": {"unit": "chars"}}
+    assert shown["five"]["metrics"] == {"metrics/count.json": {"n": 5, "chars": 30},
+                                        "metrics/measure.json": {"length": 30}}
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=two_stage_repo, capture_output=True, text=True).stdout
+    assert len(worktrees.splitlines()) == 1  # the experiment's worktree is gone
+    assert all(t.state.is_completed() for t in task_runs(flow_run_id(state)))
+
+
+def test_a_failing_stage_fails_its_task_and_the_flow_with_its_own_error(two_stage_repo: Path):
+    set_param(two_stage_repo, "count", "fail", True)
+    state = pipeline(workspace=str(two_stage_repo), return_state=True)
+    assert state.is_failed()
+    assert "corrupt raw shard raw/a.txt: bad header" in state.message
+    flow_run = read_flow_run(flow_run_id(state))
+    assert flow_run.state.is_failed() and "corrupt raw shard" in flow_run.state.message
+    runs = {t.name: t for t in task_runs(flow_run_id(state))}
+    assert runs["count"].state.is_failed() and runs["count"].run_count == 1  # a stage's own error: no retry
+    assert "measure" not in runs  # nothing after the failed stage ran
+
+
+def test_a_second_run_on_the_same_workspace_is_refused(two_stage_repo: Path, prefect_server: str):
+    set_param(two_stage_repo, "count", "sleep_s", 6)
+    first = subprocess.Popen([sys.executable, "-c", "import sys; from flows.pipeline import pipeline; "
+                              f"pipeline(workspace={str(two_stage_repo)!r})"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lock = two_stage_repo / ".dvc" / "tmp" / "refinery-flow.lock"
+    deadline = time.monotonic() + 60
+    while not (lock.is_file() and lock.read_text()):
+        assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.stdout else ""
+        time.sleep(0.2)
+
+    state = pipeline(workspace=str(two_stage_repo), return_state=True)
+    assert state.is_failed()
+    assert "is busy" in state.message and lock.read_text().split("'")[1] in state.message
+
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode == 0, output
+    assert pipeline(workspace=str(two_stage_repo))["stages"][0]["outcome"] == "up to date"
