@@ -43,9 +43,10 @@ STAGE = "qat"
 
 
 def _qat_distill() -> DistillParams:
-    # The FP32 model is the target: pure distillation (no LM term, which would keep training the model and
-    # blur what quantization costs), and a low rate: weights move by fractions of a quantization step.
-    return DistillParams(steps=60, kd_weight=1.0, lm_weight=0.0, optim=DistillOptim(lr=1e-4, warmup_steps=5))
+    # The distillation loss (KL + LM) at a low rate: weights move by fractions of a quantization step.
+    # (Pure KL, kd_weight 1 / lm_weight 0, measured on the demo: no gain over PTQ, which is already within
+    # 0.2% of FP32 there; the LM term also keeps training the model, see README.)
+    return DistillParams(steps=60, optim=DistillOptim(lr=1e-4, warmup_steps=5))
 
 
 @dataclass(frozen=True)

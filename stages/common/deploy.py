@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stages.common.model import Transformer
-from stages.common.quant import ActQuant, Dequantize, QuantScheme, fake_quant_weight, quantize_weight
+from stages.common.quant import ActQuant, QuantLinearTransB, QuantScheme, fake_quant_weight, quantize_weight
 
 log = logging.getLogger("refinery.deploy")
 OPSET = 17
@@ -99,9 +99,9 @@ class DeployLM(nn.Module):
         if not (self.quantized and self.scheme.embeddings):
             return
         q, scale = quantize_weight(self.model.tok_embeddings.weight.t())
-        self.register_buffer("emb_q", q, persistent=False)
+        self.register_buffer("emb_q", q.t().contiguous(), persistent=False)  # (V, D): rows gather contiguously
         self.register_buffer("emb_scale", scale, persistent=False)
-        self.register_buffer("emb_zero", torch.zeros_like(q[0]), persistent=False)
+        self.register_buffer("emb_zero", torch.zeros_like(q[0]), persistent=False)  # (V,) int8
         self.int8_tables = True
 
     def _linear(self, x: torch.Tensor, weight: torch.Tensor, act: ActQuant | None) -> torch.Tensor:
@@ -113,10 +113,8 @@ class DeployLM(nn.Module):
         table = self.model.tok_embeddings.weight
         if not (self.quantized and self.scheme.embeddings):
             return F.embedding(idx, table)
-        if self.int8_tables:  # gather int8 rows (stored as columns of emb_q), then scale them
-            flat = idx.reshape(-1)
-            rows = self.emb_q.index_select(1, flat).float() * self.emb_scale.index_select(0, flat)  # (D, B*T)
-            return rows.t().reshape(idx.shape[0], idx.shape[1], -1)
+        if self.int8_tables:  # gather int8 rows, then scale them
+            return self.emb_q[idx].float() * self.emb_scale[idx].unsqueeze(-1)
         return F.embedding(idx, fake_quant_weight(table.t()).t())
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
@@ -125,7 +123,9 @@ class DeployLM(nn.Module):
             flat = _LinearTransB.apply(x.reshape(-1, x.shape[-1]), out.weight)
             return flat.reshape(x.shape[0], x.shape[1], -1)
         if self.int8_tables and self.model.config.tie_embeddings:
-            return self.out_quant(x) @ Dequantize.apply(self.emb_q, self.emb_scale, self.emb_zero)
+            flat = QuantLinearTransB.apply(self.out_quant(x).reshape(-1, x.shape[-1]), self.emb_q, self.emb_scale,
+                                           self.emb_zero)
+            return flat.reshape(x.shape[0], x.shape[1], -1)
         return self._linear(x, out.weight, self.out_quant)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:

@@ -82,6 +82,21 @@ class Dequantize(torch.autograd.Function):
         return g.op("DequantizeLinear", q, scale, zero_point, axis_i=1)
 
 
+class QuantLinearTransB(torch.autograd.Function):
+    """x (N, in) @ dequantize(q (out, in) int8, per-row scale).T, exported as DequantizeLinear(axis=0) + Gemm(transB=1)
+    on the int8 initializer itself, which onnxruntime fuses (with the activation's Q/DQ) into a QGemm. The
+    tied embedding table keeps its (vocab, dim) layout, so the embedding lookup gathers contiguous int8 rows
+    from the same initializer."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:
+        return x @ (q.float() * scale[:, None]).t()
+
+    @staticmethod
+    def symbolic(g, x, q, scale, zero_point):
+        return g.op("Gemm", x, g.op("DequantizeLinear", q, scale, zero_point, axis_i=0), transB_i=1)
+
+
 class ActQuant(nn.Module):
     """Per-tensor activation fake quantizer with its observer. Modes: `off` (identity), `observe`
     (calibration: records the range, passes x through), `quant` (frozen scale and zero point)."""

@@ -73,7 +73,8 @@ def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp
     path = optimize_onnx(raw, tmp_path / "int8.onnx", 1)
     graph = onnx.load(str(path)).graph
     ops = collections.Counter(n.op_type for n in graph.node)
-    assert ops["MatMulIntegerToFloat"] == 2 * 4 + 1  # per layer: qkv(+rotary), wo, w1|w3, w2; plus the output
+    assert ops["MatMulIntegerToFloat"] == 2 * 4  # per layer: qkv(+rotary), wo, w1|w3, w2
+    assert ops["QGemm"] == 1  # the output projection, on the int8 embedding table itself
     int8_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.INT8)
     float_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
     assert int8_bytes > float_bytes  # weights and the embedding table are stored as int8
