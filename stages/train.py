@@ -53,7 +53,8 @@ STAGE = "train"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Params that do not change the trained weights: a checkpoint written under other values still resumes.
 NOT_FINGERPRINTED = {"model_dir", "checkpoint_dir", "metrics_path", "steps_path", "val_path", "device", "num_threads",
-                     "nproc_per_node", "max_restarts", "checkpoint", "log_every", "progress_bar", "peak_flops"}
+                     "nproc_per_node", "max_restarts", "checkpoint", "eval", "log_every", "progress_bar", "peak_flops",
+                     "max_bad_steps"}
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ class Params:
 
     @property
     def num_processes(self) -> int:
+        if not (self.nproc_per_node or self.parallel.world_size):
+            raise ValueError("param 'train.parallel.data_parallel_size: 0' needs 'train.nproc_per_node' "
+                             "(or launch torchrun yourself)")
         return self.nproc_per_node or self.parallel.world_size
 
 
@@ -161,8 +165,9 @@ def run(params: Params) -> dict[str, Any] | None:
     num_params = model.num_params()
 
     scaler = LossScaler(precision == "fp16")
-    mesh = build_mesh(env, params.parallel)
-    parts = parallelize(model, mesh, params.parallel, env.device, params.gradient_accumulation_steps,
+    parallel = params.parallel.resolve(env.world_size)
+    mesh = build_mesh(env, parallel)
+    parts = parallelize(model, mesh, parallel, env.device, params.gradient_accumulation_steps,
                         lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)
     optimizer = configure_optimizer(parts.module, params.optim, env.device)
     train_config = TrainConfig(
@@ -170,7 +175,7 @@ def run(params: Params) -> dict[str, Any] | None:
         gradient_accumulation_steps=params.gradient_accumulation_steps, seq_len=seq_len, precision=precision,
         optim=params.optim, dynamic_clip=params.dynamic_clip, freeze=params.freeze,
         max_bad_steps=params.max_bad_steps, eval_windows=params.eval.windows, peak_flops=params.peak_flops)
-    global_batch = params.parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
+    global_batch = parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
     sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, seq_len, global_batch,
                           params.max_steps, params.seed)
     trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
@@ -186,8 +191,8 @@ def run(params: Params) -> dict[str, Any] | None:
     if env.is_main:
         log.info("training %s (%.2fM parameters) for %d steps: %d process(es) as pp=%d dp=%d (%s) tp=%d, "
                  "global batch %d x %d tokens, %s", params.preset, num_params / 1e6, params.max_steps, env.world_size,
-                 params.parallel.pipeline_parallel_size, params.parallel.data_parallel_size,
-                 params.parallel.data_parallel_mode, params.parallel.tensor_parallel_size, global_batch, seq_len,
+                 parallel.pipeline_parallel_size, parallel.data_parallel_size, parallel.data_parallel_mode,
+                 parallel.tensor_parallel_size, global_batch, seq_len,
                  precision)
     trainer.fit(open_tiers(params.tokens_dir, "val"), params.eval.every, params.checkpoint.every, save_checkpoint,
                 params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
@@ -195,7 +200,7 @@ def run(params: Params) -> dict[str, Any] | None:
     if env.is_main:
         with atomic_dir(params.model_dir) as out:  # from the final checkpoint, saved by fit() at the end
             checkpoint.consolidate(root / f"step_{trainer.step:08d}", cfg, out / CHECKPOINT_NAME)
-        metrics = summarize(trainer, params, precision, env.world_size, num_params, resumed_from,
+        metrics = summarize(trainer, params, parallel, precision, env.world_size, num_params, resumed_from,
                             time.perf_counter() - started)
         write_outputs(trainer, params, metrics)
     if dist.is_initialized():
@@ -227,7 +232,7 @@ STEP_COLUMNS = ["step", "loss", "lr", "grad_norm", "clip_threshold", "clipped", 
                 "memory_mb", "loss_scale", "ratio_easy", "ratio_medium", "ratio_hard"]
 
 
-def summarize(trainer: Trainer, params: Params, precision: str, world_size: int, num_params: int,
+def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precision: str, world_size: int, num_params: int,
               resumed_from: int | None, seconds: float) -> dict[str, Any]:
     rows = trainer.history
     # Steady state: leave out the first 10% of steps (allocator warm-up, compile).
@@ -235,10 +240,9 @@ def summarize(trainer: Trainer, params: Params, precision: str, world_size: int,
     last = rows[-10:]
     metrics: dict[str, Any] = {
         "steps": trainer.step, "tokens_seen": trainer.tokens_seen, "num_params": num_params,
-        "num_processes": world_size, "precision": precision, "data_parallel_size": params.parallel.data_parallel_size,
-        "tensor_parallel_size": params.parallel.tensor_parallel_size,
-        "pipeline_parallel_size": params.parallel.pipeline_parallel_size,
-        "data_parallel_mode": params.parallel.data_parallel_mode,
+        "num_processes": world_size, "precision": precision, "data_parallel_size": parallel.data_parallel_size,
+        "tensor_parallel_size": parallel.tensor_parallel_size, "pipeline_parallel_size": parallel.pipeline_parallel_size,
+        "data_parallel_mode": parallel.data_parallel_mode,
         "final_loss": statistics.fmean(r["loss"] for r in last if math.isfinite(r["loss"])) if last else math.nan,
         "tokens_per_s": statistics.median(steady), "peak_memory_mb": max((r["memory_mb"] for r in rows), default=0.0),
         "resumed_from_step": resumed_from if resumed_from is not None else -1, "seconds": round(seconds, 2),

@@ -19,6 +19,7 @@ plain `nn.Linear`s, and FSDP must wrap whatever runs last.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ MESH_DIMS = ("pp", "dp", "tp")
 
 @dataclass(frozen=True)
 class ParallelParams:
-    data_parallel_size: int = 1
+    data_parallel_size: int = 1  # 0 = whatever the launched processes allow (elastic runs: torchrun --nnodes=MIN:MAX)
     data_parallel_mode: str = "ddp"  # ddp | fsdp (FSDP2 fully_shard: ZeRO-3-style sharding)
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
@@ -51,9 +52,11 @@ class ParallelParams:
     powersgd_rank: int = 1  # PowerSGD's matrix approximation rank
 
     def __post_init__(self) -> None:
-        for name in ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size", "powersgd_rank"):
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "powersgd_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"param 'train.parallel.{name}' must be >= 1, got {getattr(self, name)}")
+        if self.data_parallel_size < 0:
+            raise ValueError(f"param 'train.parallel.data_parallel_size' must be >= 0, got {self.data_parallel_size}")
         if self.data_parallel_mode not in DP_MODES:
             raise ValueError(f"param 'train.parallel.data_parallel_mode' must be one of {DP_MODES}, "
                              f"got {self.data_parallel_mode!r}")
@@ -63,7 +66,7 @@ class ParallelParams:
         if self.ddp_comm_hook not in COMM_HOOKS:
             raise ValueError(f"param 'train.parallel.ddp_comm_hook' must be one of {COMM_HOOKS}, "
                              f"got {self.ddp_comm_hook!r}")
-        if self.data_parallel_mode == "ddp" and self.data_parallel_size > 1 and (
+        if self.data_parallel_mode == "ddp" and self.data_parallel_size != 1 and (
                 self.tensor_parallel_size > 1 or self.pipeline_parallel_size > 1):
             # DDP only handles plain (1-D) parameters; FSDP2 composes with TP's DTensors and PP stages.
             raise ValueError("data parallel with tensor or pipeline parallel needs "
@@ -73,7 +76,21 @@ class ParallelParams:
 
     @property
     def world_size(self) -> int:
+        """Processes the layout needs; 0 when data_parallel_size is 0 (decided by the launch)."""
         return self.data_parallel_size * self.tensor_parallel_size * self.pipeline_parallel_size
+
+    def resolve(self, world_size: int) -> ParallelParams:
+        """The layout for `world_size` processes: data_parallel_size 0 becomes world / (tensor x pipeline)."""
+        model_parallel = self.tensor_parallel_size * self.pipeline_parallel_size
+        if self.data_parallel_size == 0:
+            if world_size % model_parallel:
+                raise ValueError(f"{world_size} processes are not a multiple of tensor x pipeline parallel "
+                                 f"= {model_parallel}")
+            return dataclasses.replace(self, data_parallel_size=world_size // model_parallel)
+        if self.world_size != world_size:
+            raise ValueError(f"data x tensor x pipeline parallel sizes = {self.world_size}, but {world_size} "
+                             "processes were launched (set train.parallel.data_parallel_size: 0 to follow the launch)")
+        return self
 
     def check_model(self, num_layers: int, num_heads: int, num_kv_heads: int, hidden_dim: int) -> None:
         tp, pp = self.tensor_parallel_size, self.pipeline_parallel_size
@@ -129,9 +146,7 @@ def _attempt_store(rank: int, world: int) -> dist.Store:
 
 
 def build_mesh(env: DistEnv, p: ParallelParams) -> dist.DeviceMesh | None:
-    if p.world_size != env.world_size:
-        raise ValueError(f"data x tensor x pipeline parallel sizes = {p.world_size}, but {env.world_size} "
-                         "processes were launched")
+    """The (pp, dp, tp) mesh of a resolved layout (`ParallelParams.resolve`); None for one process."""
     if env.world_size == 1:
         return None
     from torch.distributed.device_mesh import init_device_mesh

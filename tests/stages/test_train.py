@@ -147,6 +147,17 @@ def test_params_reject_bad_values():
         ParallelParams(tensor_parallel_size=3).check_model(2, 4, 2, 64)
 
 
+def test_data_parallel_size_zero_follows_the_launch():
+    elastic = ParallelParams(data_parallel_size=0, data_parallel_mode="fsdp", tensor_parallel_size=2)
+    assert elastic.resolve(6).data_parallel_size == 3
+    with pytest.raises(ValueError, match="not a multiple"):
+        elastic.resolve(3)
+    with pytest.raises(ValueError, match="processes were launched"):
+        ParallelParams(data_parallel_size=2).resolve(3)
+    with pytest.raises(ValueError, match="nproc_per_node"):
+        train.Params(parallel=ParallelParams(data_parallel_size=0)).num_processes
+
+
 def test_the_launcher_passes_an_argument_list_to_torchrun():
     params = train.Params(parallel=ParallelParams(data_parallel_size=2, tensor_parallel_size=2, data_parallel_mode="fsdp"),
                           max_restarts=3)
