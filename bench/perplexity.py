@@ -148,7 +148,8 @@ def bench_stages(tok_params: tokenizer.Params, params: perplexity.Params) -> dic
         tok_seconds = time.perf_counter() - t0
         ppl_p = dataclasses.replace(params, input_dir=str(ROOT / params.input_dir), tokenizer_dir=tok_p.out_dir,
                                     out_dir=f"{tmp}/perplexity", model_dir=f"{tmp}/reference_lm",
-                                    metrics_path=f"{tmp}/perplexity.json", plot_path=f"{tmp}/hist.csv")
+                                    metrics_path=f"{tmp}/perplexity.json", plot_path=f"{tmp}/hist.csv",
+                                    work_dir=f"{tmp}/work")
         t0 = time.perf_counter()
         metrics = perplexity.run(ppl_p)
         ppl_seconds = time.perf_counter() - t0

@@ -40,7 +40,7 @@ def run_demo(tmp: Path, params_path: Path) -> tuple[dict, semantic_head.Params, 
                             embeddings_dir=e.out_dir, out_dir=str(tmp / "head"), metrics_path=str(tmp / "head.json"))
     f = dataclasses.replace(load_section("semantic_filter", semantic_filter.Params, params_path),
                             docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
-                            out_dir=str(tmp / "out"), metrics_path=str(tmp / "filter.json"))
+                            out_dir=str(tmp / "out"), metrics_path=str(tmp / "filter.json"), work_dir=str(tmp / "work"))
     start = time.perf_counter()
     embed_m = semantic_embed.run(e)
     head_m = semantic_head.run(h)
@@ -66,7 +66,8 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
             row = json.loads(line)
             truth[row["id"]] = row
     c = dataclasses.replace(clean.Params(), input=str(raw), out_dir=str(tmp / "dev_clean"),
-                            metrics_path=str(tmp / "dev_clean.json"), reasons_plot_path=str(tmp / "dev_r.csv"))
+                            metrics_path=str(tmp / "dev_clean.json"), reasons_plot_path=str(tmp / "dev_r.csv"),
+                            work_dir=str(tmp / "dev_clean_work"))
     clean.run(c)
     docs = read_table(tmp / "dev_clean" / "docs", ["id", "text", "lang"]).to_pydict()
     encoder = Encoder(embed.encoder, embed.max_length, embed.batch_size, resolve_workers(embed.num_threads),
@@ -76,7 +77,7 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
     semantic_embed.write_doc_embeddings(tmp / "dev_emb" / "docs.parquet", docs["id"], docs["lang"], emb)
     f = semantic_filter.Params(docs_dir=str(tmp / "dev_clean" / "docs"), embeddings_dir=str(tmp / "dev_emb"),
                                head_dir=head.out_dir, out_dir=str(tmp / "dev_out"),
-                               metrics_path=str(tmp / "dev_filter.json"))
+                               metrics_path=str(tmp / "dev_filter.json"), work_dir=str(tmp / "dev_filter_work"))
     semantic_filter.run(f)
     dropped = set(read_table(tmp / "dev_out" / "quarantine", ["id"]).column("id").to_pylist())
     total, drops = Counter(), Counter()

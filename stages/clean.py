@@ -1,9 +1,11 @@
 """`clean` stage: raw records -> normalised, language-filtered, quality-filtered, deduplicated docs.
 
 Per record, cheapest first: parse/validate -> normalise (HTML, control chars, mojibake, NFKC, regex
-removals, whitespace) -> minimum length -> language ID -> quality rules -> exact + near-dup keys.
-Workers run all of that on batches; the parent process streams the input, owns the global dedup
-index (first occurrence wins, in input order) and writes two Parquet datasets:
+removals, whitespace) -> minimum length -> language ID -> quality rules -> exact key + MinHash signature.
+Workers (a local process pool or Ray tasks: stages/common/executor.py) run all of that on shards of
+`batch_size` records and leave each shard's results in `work_dir` with a completion marker, so a rerun
+redoes only unfinished shards. The parent process streams the input, owns the global dedup index (exact
+keys, LSH bands of the signatures; first occurrence wins, in input order) and writes two Parquet datasets:
 
     <out_dir>/docs/part-*.parquet        kept documents (id, text, lang, lang_prob, source, meta)
     <out_dir>/quarantine/part-*.parquet  every dropped or invalid record, with its reason
@@ -17,18 +19,22 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from stages.common.atomic import atomic_dir, write_csv, write_json
 from stages.common.dedup import DedupIndex, DedupParams, Signer, exact_key
+from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
 from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter
 from stages.common.langid import LanguageIdentifier
 from stages.common.normalize import NormalizeOptions, normalize
 from stages.common.cli import stage_main
-from stages.common.pool import ordered_map, resolve_workers  # noqa: F401 (resolve_workers used by bench)
+from stages.common.pool import resolve_workers
 from stages.common.quality import QualityParams, QualityRules
 from stages.common.readers import RawRecord, Rejection, iter_raw, list_input_files, parse_raw
 
@@ -45,8 +51,11 @@ class Params:
     metrics_path: str = "metrics/clean.json"
     reasons_plot_path: str = "metrics/clean_reasons.csv"  # reason,count: `dvc plots show` draws it
     seed: int = 0
-    num_workers: int = 0  # 0 = all cores
-    batch_size: int = 256
+    num_workers: int = 0  # 0 = all cores (executor ray: CPUs of the local cluster it starts)
+    batch_size: int = 1000  # records per task: one work shard
+    executor: str = "local"  # local (process pool) | ray
+    address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
+    work_dir: str = "data/work/clean"  # per-shard results and completion markers, until the stage succeeds
     rows_per_shard: int = 100_000
     max_record_bytes: int = 1_000_000
     languages: tuple[str, ...] = ("zh", "en")
@@ -64,6 +73,7 @@ class Params:
             raise ValueError(f"param 'clean.min_lang_prob' must be in [0, 1], got {self.min_lang_prob}")
         if self.batch_size < 1 or self.rows_per_shard < 1:
             raise ValueError("params 'clean.batch_size' and 'clean.rows_per_shard' must be >= 1")
+        check_executor(STAGE, self.executor, self.address)
 
 
 @dataclass
@@ -133,10 +143,48 @@ def _init_worker(params: Params) -> None:
     _cleaner = Cleaner(params)
 
 
-def _process_batch(batch: list[RawRecord]) -> tuple[list[Kept | dict[str, Any]], Counter[str]]:
+def _process_shard(batch: list[RawRecord], folder: Path) -> dict[str, Any]:
     assert _cleaner is not None, "worker not initialised"
     timings: Counter[str] = Counter()
-    return [_cleaner.process(raw, timings) for raw in batch], timings
+    write_shard(folder / SHARD_FILE, [_cleaner.process(raw, timings) for raw in batch])
+    return {"num_records": len(batch), "timings": dict(timings)}
+
+
+# A shard's results in input order: quarantined records (reason set) and kept ones with their dedup keys.
+SHARD_FILE = "results.parquet"
+SHARD_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("lang", pa.string()),
+                          ("lang_prob", pa.float64()), ("source", pa.string()), ("index", pa.int64()),
+                          ("record", pa.large_string()), ("text", pa.large_string()), ("meta", pa.string()),
+                          ("key", pa.binary()), ("signature", pa.binary())])
+
+
+def write_shard(path: Path, results: list[Kept | dict[str, Any]]) -> None:
+    rows = []
+    for r in results:
+        if isinstance(r, Kept):
+            row = r.row
+            rows.append({"id": row["id"], "reason": None, "lang": row["lang"], "lang_prob": row["lang_prob"],
+                         "source": row["source"], "index": row["_index"], "record": row["_original"],
+                         "text": row["text"], "meta": row["meta"], "key": r.key,
+                         "signature": None if r.signature is None else r.signature.tobytes()})
+        else:
+            rows.append({k: r[k] for k in ("id", "reason", "lang", "lang_prob", "source", "index", "record")})
+    pq.write_table(pa.Table.from_pylist(rows, schema=SHARD_SCHEMA), path)
+
+
+def read_shard(path: Path, num_perm: int) -> list[Kept | dict[str, Any]]:
+    results: list[Kept | dict[str, Any]] = []
+    for r in pq.read_table(path).to_pylist():
+        if r["reason"] is not None:
+            results.append(quarantine_row(r["id"], r["reason"], r["source"], r["index"], r["record"], r["lang"],
+                                          r["lang_prob"]))
+            continue
+        sig = r["signature"]  # uint32 or uint64 values, by the MinHash scheme
+        signature = None if sig is None else np.frombuffer(sig, dtype=f"u{len(sig) // num_perm}")
+        row = {"id": r["id"], "text": r["text"], "lang": r["lang"], "lang_prob": r["lang_prob"], "source": r["source"],
+               "meta": r["meta"], "_index": r["index"], "_original": r["record"]}
+        results.append(Kept(row, r["key"], signature))
+    return results
 
 
 def _batches(raws, batch_size: int, counters: Counter[str]):
@@ -156,21 +204,25 @@ def run(params: Params) -> dict[str, Any]:
     start = time.perf_counter()
     files = list_input_files(params.input, params.pattern)
     num_workers = resolve_workers(params.num_workers)
-    log.info("clean: %d input file(s), %d worker(s)", len(files), num_workers)
+    log.info("clean: %d input file(s), executor %s, %d worker(s)", len(files), params.executor, num_workers)
     counts: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     kept_langs: Counter[str] = Counter()
     timings: Counter[str] = Counter()
     index = DedupIndex(params.dedup, params.seed)
+    work = WorkDir(params.work_dir, fingerprint(params, files))
     with atomic_dir(params.out_dir) as tmp:
         docs = ShardWriter(tmp / "docs", DOC_SCHEMA, params.rows_per_shard)
         quarantine = ShardWriter(tmp / "quarantine", QUARANTINE_SCHEMA, params.rows_per_shard)
-        results = ordered_map(_process_batch, _batches(iter_raw(files), params.batch_size, counts), num_workers,
-                              _init_worker, (params,))
+        shards = map_shards(_process_shard, _batches(iter_raw(files), params.batch_size, counts), work,
+                            params.executor, params.address, num_workers, _init_worker, (params,))
         with tqdm(desc="clean", unit="doc", mininterval=2.0) as bar:
-            for batch_results, batch_timings in results:
-                timings.update(batch_timings)
+            for shard in shards:
+                counts["num_shards"] += 1
+                counts["num_shards_resumed"] += shard.resumed
+                timings.update(shard.summary["timings"])
                 t0 = time.perf_counter()
+                batch_results = read_shard(shard.folder / SHARD_FILE, params.dedup.num_perm)
                 for result in batch_results:
                     counts["num_read"] += 1
                     if isinstance(result, Kept):
@@ -193,6 +245,7 @@ def run(params: Params) -> dict[str, Any]:
         if num_kept + num_quarantined != counts["num_read"]:  # a bug, never a data problem: publish nothing
             raise RuntimeError(f"accounting broken: kept {num_kept} + quarantined {num_quarantined} "
                                f"!= read {counts['num_read']}")
+    work.remove()  # only once the outputs are in place: a failed run leaves its finished shards
     seconds = time.perf_counter() - start
     metrics: dict[str, Any] = {
         "num_read": counts["num_read"],
@@ -201,6 +254,8 @@ def run(params: Params) -> dict[str, Any]:
         "pass_rate": num_kept / max(1, counts["num_read"]),
         "num_input_files": len(files),
         "num_workers": num_workers,
+        "num_shards": counts["num_shards"],
+        "num_shards_resumed": counts["num_shards_resumed"],  # finished by an earlier, failed run
         "input_mb": counts["num_bytes"] / 1e6,
         "seconds": seconds,
         "docs_per_s": counts["num_read"] / seconds,

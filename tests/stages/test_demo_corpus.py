@@ -305,13 +305,15 @@ def test_semantic_labels(corpus) -> None:
         assert drop >= 10 and keep == round(1.5 * drop)
 
 
-def test_real_text_comes_from_locked_distributions_only() -> None:
-    """Another package installed beside the lock must not change the corpus."""
-    from stages.demo_corpus import _canonical, locked_distributions
+def test_real_text_comes_from_the_fixed_distributions_only() -> None:
+    """Another package installed beside the lock, or newly pinned in it, must not change the corpus."""
+    from stages.demo_corpus import LOCK_FILE, _canonical, corpus_distributions
 
     for name, _ in licence_texts():
         dist = name.split("/", 1)[0][: -len(".dist-info")].rsplit("-", 1)[0]
-        assert _canonical(dist) in locked_distributions(), name
+        assert _canonical(dist) in corpus_distributions(), name
+    pinned = {_canonical(line.split("==")[0]) for line in LOCK_FILE.read_text().splitlines() if "==" in line}
+    assert corpus_distributions() <= pinned  # each still pinned, so its text is what the lock says
 
 
 def test_boilerplate_has_real_licence_and_po_text(corpus) -> None:

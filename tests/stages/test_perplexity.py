@@ -35,7 +35,8 @@ def make_params(tmp_path: Path, corpus, name: str = "run", **overrides) -> perpl
                                     **overrides.pop("reference", {}))
     settings = dict(input_dir=str(docs_dir), tokenizer_dir=str(tok_dir), out_dir=str(tmp_path / name / "out"),
                     model_dir=str(tmp_path / name / "model"), metrics_path=str(tmp_path / name / "metrics.json"),
-                    plot_path=str(tmp_path / name / "hist.csv"), precision="fp32", val_fraction=0.1,
+                    plot_path=str(tmp_path / name / "hist.csv"), work_dir=str(tmp_path / name / "work"),
+                    precision="fp32", val_fraction=0.1,
                     min_docs_per_lang=20, read_batch_docs=64, reference=reference)
     return dataclasses.replace(perplexity.Params(), **{**settings, **overrides})
 

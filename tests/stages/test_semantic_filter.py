@@ -47,14 +47,16 @@ def pipeline(tmp_path: Path):
     write_jsonl(tmp_path / "raw" / "docs.jsonl", docs)
     c = dataclasses.replace(clean.Params(), input=str(tmp_path / "raw"), out_dir=str(tmp_path / "clean"),
                             metrics_path=str(tmp_path / "m" / "clean.json"),
-                            reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), num_workers=1)
+                            reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), work_dir=str(tmp_path / "w"),
+                            num_workers=1)
     e = semantic_embed.Params(labels_path=str(labels), docs_dir=str(tmp_path / "clean" / "docs"),
                               out_dir=str(tmp_path / "emb"), metrics_path=str(tmp_path / "m" / "embed.json"),
                               backend="torch", quantize=False, num_threads=1)
     h = semantic_head.Params(embeddings_dir=e.out_dir, out_dir=str(tmp_path / "head"),
                              metrics_path=str(tmp_path / "m" / "head.json"), min_labels_per_class=5, max_iter=50)
     f = semantic_filter.Params(docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
-                               out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m" / "filter.json"))
+                               out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m" / "filter.json"),
+                               work_dir=str(tmp_path / "wf"))
     clean.run(c)
     semantic_embed.run(e)
     semantic_head.run(h)
@@ -85,7 +87,7 @@ def test_embeddings_out_of_step_are_refused(pipeline, tmp_path):
     write_jsonl(tmp_path / "raw2" / "d.jsonl", [{"id": "x", "text": EN_ARTICLES[1].format(n=5)}])
     clean.run(dataclasses.replace(clean.Params(), input=str(tmp_path / "raw2"), out_dir=str(other),
                                   metrics_path=str(tmp_path / "m2.json"), reasons_plot_path=str(tmp_path / "r2.csv"),
-                                  num_workers=1))
+                                  work_dir=str(tmp_path / "w2"), num_workers=1))
     with pytest.raises(RuntimeError, match="out of step"):
         semantic_filter.run(dataclasses.replace(pipeline, docs_dir=str(other / "docs")))
 
