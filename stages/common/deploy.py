@@ -11,8 +11,9 @@ graph nodes as much as the matmuls:
 - the tied output projection runs as Gemm(transB) on the embedding table, so FP32 stores it once.
 With a `QuantScheme`, every matmul input gets a per-tensor activation quantizer (one per distinct input
 tensor, so fused matmuls share it) and every weight a per-channel int8 fake quantizer; the embedding
-table is int8 per row. `use_int8_tables()` swaps the fake-quantized table for real int8 buffers before
-export, so the ONNX graph gathers int8 rows and dequantizes only those.
+table is int8 per row. `use_int8_tables()` swaps the fake-quantized table for a real int8 buffer before
+export: the graph gathers int8 rows (and scales only those), and the output projection is a QGemm on the
+same int8 initializer, so the table is stored once, as int8.
 """
 from __future__ import annotations
 

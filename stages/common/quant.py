@@ -1,12 +1,12 @@
 """INT8 quantization pieces: the scheme, per-tensor activation observers / fake quantizers, per-channel
-weight fake quantization, and an int8 dequantize that exports as one ONNX `DequantizeLinear`.
+weight fake quantization, and an int8 x float Gemm that exports on the int8 initializer itself.
 
 Why fake quantization rather than `torch.ao.quantization` (deprecated) or pt2e (moved to torchao, not
 installed): a fake-quantized model is plain torch, trains with straight-through gradients, and
 `torch.onnx.export(..., dynamo=False)` writes its `fake_quantize_*` ops as QuantizeLinear/DequantizeLinear
 pairs. onnxruntime's graph optimiser then folds the weights' QuantizeLinear into int8 initializers and
-fuses activation-Q/DQ + weight-DQ + MatMul into `MatMulIntegerToFloat` (integer kernels, VNNI on
-x86). So the INT8 graph carries exactly the scales the QAT run learned and calibrated.
+fuses activation-Q/DQ + weight-DQ + MatMul into `MatMulIntegerToFloat` (and + Gemm into `QGemm`): integer
+kernels, VNNI on x86. So the INT8 graph carries exactly the scales the QAT run learned and calibrated.
 
 Default scheme (measured faster on this CPU, see bench/export.py): weights int8 symmetric per output
 channel (zero point 0, values in -128..127), activations uint8 asymmetric
@@ -67,19 +67,6 @@ def quantize_weight(weight_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     """(int8 values, per-column scale) of a transposed weight (in, out), as `fake_quant_weight` rounds it."""
     scale = weight_scale(weight_t)
     return torch.clamp(torch.round(weight_t.detach() / scale), -128, 127).to(torch.int8), scale
-
-
-class Dequantize(torch.autograd.Function):
-    """int8 (in, out) * per-column scale. Exported as DequantizeLinear(axis=1) on the int8 initializer itself,
-    so a tensor used twice (tied embedding table and output projection) is stored once, as int8."""
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:
-        return q.float() * scale
-
-    @staticmethod
-    def symbolic(g, q, scale, zero_point):
-        return g.op("DequantizeLinear", q, scale, zero_point, axis_i=1)
 
 
 class QuantLinearTransB(torch.autograd.Function):
