@@ -16,6 +16,7 @@ filesystem at the same path on every node (the driver reads the shard results th
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -120,9 +121,10 @@ class _LocalPool:
     def result(self, handle: Future | dict[str, Any]) -> dict[str, Any]:
         return handle.result() if isinstance(handle, Future) else handle
 
-    def cancel(self, handle: Future | dict[str, Any]) -> None:
-        if isinstance(handle, Future):
-            handle.cancel()  # a shard already running finishes (and keeps its result)
+    def cancel(self, handles: list) -> None:
+        for handle in handles:
+            if isinstance(handle, Future):
+                handle.cancel()  # a shard already running finishes (and keeps its result) in close()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -142,6 +144,15 @@ def _ray_task(token: str, initializer: Callable[..., None], initargs_box: list, 
         initializer(*ray.get(initargs_box[0]))  # boxed, so Ray fetches it only here, once per process
         _initialized_for = token
     return _run_shard(fn, payload, folder)
+
+
+def _importable(fn: Callable) -> Callable:
+    """`python -m stages.<name>` defines the stage's functions in __main__, which Ray would ship by value,
+    each with its own globals (a task would not see what the initializer set): use the stage's module."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if fn.__module__ == "__main__" and spec is not None:
+        return getattr(importlib.import_module(spec.name), fn.__qualname__)
+    return fn
 
 
 def init_ray(address: str, num_cpus: int = 0) -> bool:
@@ -176,17 +187,21 @@ class _RayPool:
         self.capacity = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote = ray.remote(num_cpus=1, max_retries=3)(_ray_task)
         self._token = uuid.uuid4().hex
-        self._initializer = initializer
+        self._initializer = _importable(initializer)
         self._initargs = [ray.put(initargs)]
 
     def submit(self, fn: ShardFn, payload: Any, folder: str):
-        return self._remote.remote(self._token, self._initializer, self._initargs, fn, payload, folder)
+        return self._remote.remote(self._token, self._initializer, self._initargs, _importable(fn), payload, folder)
 
     def result(self, handle) -> dict[str, Any]:
         return self._ray.get(handle)
 
-    def cancel(self, handle) -> None:
-        self._ray.cancel(handle)  # a shard already running is interrupted: its folder never gets a marker
+    def cancel(self, handles: list) -> None:
+        """Interrupt them (a shard interrupted never gets its marker) and wait until Ray reports them ended,
+        so that a failed stage does not leave tasks running behind it."""
+        for handle in handles:
+            self._ray.cancel(handle)
+        self._ray.wait(handles, num_returns=len(handles), timeout=60)
 
     def close(self) -> None:
         if self._started:
@@ -224,7 +239,5 @@ def map_shards(fn: ShardFn, payloads: Iterable[Any], work: WorkDir, executor: st
         while pending:
             yield pop()
     finally:  # on an error (or the caller stopping early), what is still queued does not run
-        for _, _, handle in pending:
-            if handle is not None:
-                pool.cancel(handle)
+        pool.cancel([handle for _, _, handle in pending if handle is not None])
         pool.close()

@@ -3,6 +3,7 @@ rerun after a failure redoes only the unfinished shards. One Ray instance (2 CPU
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -16,6 +17,7 @@ from stages import clean, perplexity, semantic_filter
 from stages.common.atomic import SUCCESS_MARKER, is_complete
 from stages.common.executor import WorkDir, init_ray, map_shards
 from stages.common.io import read_table
+from tests.conftest import sh
 from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 from tests.stages.test_clean import corpus as clean_corpus, make_params as clean_params, outputs
 from tests.stages.test_perplexity import corpus as ppl_corpus, make_params as ppl_params  # noqa: F401 (fixture)
@@ -73,7 +75,7 @@ def test_clean_rerun_after_a_failure_redoes_only_unfinished_shards(tmp_path, mon
     monkeypatch.undo()
     assert not (Path(params.out_dir) / SUCCESS_MARKER).exists()  # nothing published
     work = Path(params.work_dir)
-    for _ in range(100):  # the shards in flight were cancelled: wait until they have let go (temp folders)
+    for _ in range(100):  # the shards in flight were cancelled; an interrupted one may still be unwinding
         if not list(work.glob(".shard-*")):
             break
         time.sleep(0.1)
@@ -95,6 +97,23 @@ def test_clean_rerun_after_a_failure_redoes_only_unfinished_shards(tmp_path, mon
     assert len(shard_mtimes) == 6
     assert outputs(params) == outputs(reference)
     assert not work.exists()
+
+
+def test_clean_command_joins_a_running_cluster(repo_copy, tmp_path):
+    """`python -m stages.clean` (the dvc.yaml command) with `address` set: the stage's functions live in
+    __main__ there, and its tasks must still see what their worker's initializer set."""
+    import ray
+    import yaml
+
+    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
+    params["clean"].update(input=str(clean_corpus(tmp_path)), batch_size=2, executor="ray",
+                           address=ray.get_runtime_context().gcs_address)
+    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    sh([sys.executable, "-m", "stages.clean"], repo_copy)
+    metrics = json.loads((repo_copy / "metrics" / "clean.json").read_text())
+    assert metrics["num_shards"] == 6 and metrics["num_kept"] == 3 and metrics["num_read"] == 12
+    assert (repo_copy / "data" / "clean" / SUCCESS_MARKER).is_file()
+    assert not (repo_copy / "data" / "work" / "clean").exists()
 
 
 def _die_once(payload: tuple[int, str], folder: Path) -> dict:
