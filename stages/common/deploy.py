@@ -201,8 +201,8 @@ def run_logits(sess: ort.InferenceSession, ids: np.ndarray | torch.Tensor) -> np
 
 
 def latency(sess: ort.InferenceSession, batch_size: int, seq_len: int, vocab_size: int, num_runs: int,
-            warmup: int = 3, seed: int = 0) -> float:
-    """Median seconds of one forward on (batch_size, seq_len) random ids."""
+            warmup: int = 3, seed: int = 0) -> list[float]:
+    """Seconds of each of `num_runs` forwards on (batch_size, seq_len) random ids, after `warmup` runs."""
     ids = np.random.default_rng(seed).integers(0, vocab_size, (batch_size, seq_len), dtype=np.int64)
     for _ in range(warmup):
         run_logits(sess, ids)
@@ -211,7 +211,7 @@ def latency(sess: ort.InferenceSession, batch_size: int, seq_len: int, vocab_siz
         t0 = time.perf_counter()
         run_logits(sess, ids)
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return times
 
 
 def ort_token_nll(sess: ort.InferenceSession, windows: Iterable[torch.Tensor]) -> tuple[float, int]:

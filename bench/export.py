@@ -1,0 +1,286 @@
+"""Benchmark prune -> qat -> export against the floors of issue #6.
+
+    python bench/export.py                       # run the three stages (params.yaml), then measure
+    python bench/export.py --export-dir DIR      # measure an existing export (models/export) only
+    python bench/export.py --teacher models/reference_lm   # teacher when models/train does not exist yet
+
+1. stages: runs `prune`, `qat`, `export` with params.yaml settings on the demo token shards in a temp folder
+   (their wall time is the demo's cost; budget ~4 minutes on 2 cores).
+2. onnxruntime timing, `--threads` (2) intra-op threads for every model: batch 1 x 128 tokens latency and
+   batch 8 x 128 throughput. The models are timed round-robin (one run of each in turn, many rounds), so
+   a busy neighbour slows all of them alike; medians and minima are reported, and the latency floors are
+   judged on the minima (the fastest run of each model: the closest to an idle machine; on a loaded
+   machine FP32's multi-threaded matmuls lose far more than the INT8 kernels, which flatters INT8's medians).
+3. floors: INT8 file <= 30% of the FP32 file it came from; INT8 latency <= 0.4x FP32; INT8 validation
+   perplexity <= 1.03x FP32 and <= PTQ; the 50%-MLP-width model >= 1.25x faster than the trained one with
+   perplexity <= 1.10x (perplexities: onnxruntime, from the export stage's metrics).
+4. per-operator profile (onnxruntime profiler) of FP32 and INT8 at batch 1: where the time goes, the
+   output projection (vocab x dim) on its own.
+5. larger presets (`--large-preset`, default small_16m and gpu_125m) with the demo vocabulary, random weights (latency
+   does not depend on their values; perplexity is not measured): trained-size FP32 vs INT8 (PTQ-calibrated
+   on demo windows) vs 50%-MLP FP32, same timing protocol.
+
+Results: bench/results/export.json and export.md.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import torch  # noqa: E402
+
+from stages import export, prune, qat  # noqa: E402
+from stages.common.deploy import (DeployLM, export_onnx, optimize_onnx, run_logits, session,  # noqa: E402
+                                  session_options)
+from stages.common.model import Transformer, preset  # noqa: E402
+from stages.common.params import load_section  # noqa: E402
+from stages.common.pruning import magnitude_importance, select  # noqa: E402
+from stages.common.pruning import prune as prune_model  # noqa: E402
+from stages.common.quant import freeze, set_mode  # noqa: E402
+from stages.common.shards import open_tiers  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+FLOORS = {"int8_file_ratio": 0.30, "int8_latency_ratio": 0.40, "int8_ppl_ratio": 1.03, "half_mlp_speedup": 1.25,
+          "half_mlp_ppl_ratio": 1.10}
+
+
+def run_stages(teacher: str, work: Path, threads: int, ort_threads: int) -> tuple[Path, dict]:
+    params = {name: load_section(name, cls.Params, ROOT / "params.yaml")
+              for name, cls in (("prune", prune), ("qat", qat), ("export", export))}
+    tokens = str(ROOT / params["prune"].tokens_dir)
+    p = dataclasses.replace(params["prune"], teacher_dir=teacher, tokens_dir=tokens, out_dir=str(work / "pruned"),
+                            metrics_path=str(work / "prune.json"), num_threads=threads)
+    q = dataclasses.replace(params["qat"], model_dir=str(work / "pruned"), tokens_dir=tokens,
+                            out_dir=str(work / "qat"), metrics_path=str(work / "qat.json"), num_threads=threads)
+    e = dataclasses.replace(params["export"], teacher_dir=teacher, pruned_dir=str(work / "pruned"),
+                            qat_dir=str(work / "qat"), tokenizer_dir=str(ROOT / params["export"].tokenizer_dir),
+                            tokens_dir=tokens, out_dir=str(work / "export"), metrics_path=str(work / "export.json"),
+                            plot_path=str(work / "export.csv"), num_threads=ort_threads)
+    seconds, metrics = {}, {}
+    for name, module, stage_params in (("prune", prune, p), ("qat", qat, q), ("export", export, e)):
+        t0 = time.perf_counter()
+        metrics[name] = module.run(stage_params)
+        seconds[name] = round(time.perf_counter() - t0, 1)
+    return work / "export", {"seconds": seconds, "metrics": metrics}
+
+
+def round_robin(paths: dict[str, Path], threads: int, batch: int, seq_len: int, vocab: int, rounds: int
+                ) -> dict[str, dict[str, float]]:
+    """Median and minimum seconds per model, timing one run of each model in turn for `rounds` rounds."""
+    sessions = {name: session(p, threads) for name, p in paths.items()}
+    ids = np.random.default_rng(0).integers(0, vocab, (batch, seq_len), dtype=np.int64)
+    for sess in sessions.values():
+        for _ in range(3):
+            run_logits(sess, ids)
+    times = collections.defaultdict(list)
+    for _ in range(rounds):
+        for name, sess in sessions.items():
+            t0 = time.perf_counter()
+            run_logits(sess, ids)
+            times[name].append(time.perf_counter() - t0)
+    return {name: {"median_ms": round(float(np.median(t)) * 1e3, 4), "min_ms": round(float(np.min(t)) * 1e3, 4)}
+            for name, t in times.items()}
+
+
+def profile(path: Path, threads: int, seq_len: int, vocab: int, runs: int = 50) -> dict[str, float]:
+    """Share of kernel time per operator type; the output projection on its own."""
+    options = session_options(threads)
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "refinery_ort_profile")
+    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    ids = np.random.default_rng(0).integers(0, vocab, (1, seq_len), dtype=np.int64)
+    for _ in range(runs):
+        run_logits(sess, ids)
+    trace = sess.end_profiling()
+    events = json.loads(Path(trace).read_text())
+    os.remove(trace)
+    per_op, total, output_proj = collections.Counter(), 0.0, 0.0
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        op, dur = e["args"]["op_name"], e["dur"]
+        per_op[op] += dur
+        total += dur
+        if op in ("Gemm", "QGemm"):  # DeployLM's only Gemm: the output projection (vocab x dim)
+            output_proj += dur
+    shares = {op: round(v / total, 4) for op, v in per_op.most_common(8)}
+    return {"kernel_us_per_run": round(total / runs, 1), "output_projection_share": round(output_proj / total, 4),
+            "top_ops_share": shares}
+
+
+def large_preset(name: str, work: Path, threads: int, rounds: int, tokens_dir: Path) -> dict:
+    """FP32 vs INT8 (PTQ, activations calibrated on demo windows) vs 50%-MLP FP32 at a bigger size."""
+    torch.manual_seed(0)
+    vocab = 4096
+    model = Transformer(preset(name, vocab)).eval()
+    half = prune_model(model, select(magnitude_importance(model), model.config.hidden_dim // 2,
+                                     model.config.kv_heads)).eval()
+    quant = DeployLM(model, qat.Params().scheme)
+    set_mode(quant, "observe")
+    shard = open_tiers(tokens_dir, "train")["medium"]
+    with torch.inference_mode():
+        for window in shard.sequential_windows(128, 4, 4):
+            quant(window[:, :-1])
+    freeze(quant)
+    quant.use_int8_tables()
+    paths = {"fp32": export_onnx(DeployLM(model), work / f"{name}.onnx", vocab),
+             "half_mlp_fp32": export_onnx(DeployLM(half), work / f"{name}.half.onnx", vocab),
+             "int8": optimize_onnx(export_onnx(quant, work / f"{name}.qdq.onnx", vocab), work / f"{name}.int8.onnx", 1)}
+    b1 = round_robin(paths, threads, 1, 128, vocab, rounds)
+    b8 = round_robin(paths, threads, 8, 128, vocab, max(5, rounds // 5))
+    result = {"preset": name, "num_params": model.num_params(), "half_mlp_num_params": half.num_params(),
+              "file_mb": {k: round(p.stat().st_size / 2**20, 3) for k, p in paths.items()},
+              "latency_b1": b1, "b8": b8,
+              "profile_fp32": profile(paths["fp32"], threads, 128, vocab),
+              "profile_int8": profile(paths["int8"], threads, 128, vocab)}
+    result["int8_file_ratio"] = round(result["file_mb"]["int8"] / result["file_mb"]["fp32"], 4)
+    result["int8_latency_ratio"] = round(b1["int8"]["median_ms"] / b1["fp32"]["median_ms"], 4)
+    result["int8_latency_ratio_min"] = round(b1["int8"]["min_ms"] / b1["fp32"]["min_ms"], 4)
+    result["int8_b8_ratio"] = round(b8["int8"]["median_ms"] / b8["fp32"]["median_ms"], 4)
+    result["half_mlp_speedup"] = round(b1["fp32"]["median_ms"] / b1["half_mlp_fp32"]["median_ms"], 4)
+    result["half_mlp_speedup_min"] = round(b1["fp32"]["min_ms"] / b1["half_mlp_fp32"]["min_ms"], 4)
+    return result
+
+
+def demo_floors(export_dir: Path, metrics: dict, threads: int, rounds: int) -> dict:
+    onnx_dir = export_dir / "onnx"
+    steps = sorted(k.split(".")[0] for k in metrics if k.startswith("prune_step_") and k.endswith(".file_mb"))
+    final, half = steps[-1], f"prune_step_{metrics['floor.half_mlp_step']}"
+    paths = {"trained": onnx_dir / "report" / "trained.onnx",
+             **{s: (onnx_dir / "model.onnx" if s == final else onnx_dir / "report" / f"{s}.onnx") for s in steps},
+             "ptq_int8": onnx_dir / "report" / "ptq.int8.onnx", "qat_int8": onnx_dir / "model.int8.onnx",
+             "ort_dynamic_int8": onnx_dir / "report" / "ort_dynamic.int8.onnx"}
+    paths = {k: p for k, p in paths.items() if p.is_file()}
+    vocab = 4096
+    b1 = round_robin(paths, threads, 1, 128, vocab, rounds)
+    b8 = round_robin(paths, threads, 8, 128, vocab, max(5, rounds // 5))
+    size = {k: round(p.stat().st_size / 2**20, 4) for k, p in paths.items()}
+    ppl = {k: metrics[f"{k}.val_ppl_all"] for k in paths}
+    out = {"final_fp32": final, "half_mlp": half, "file_mb": size, "latency_b1": b1, "b8": b8, "val_ppl_all": ppl,
+           "val_ppl_tiers": {k: {t: metrics[f"{k}.val_ppl_{t}"] for t in ("easy", "medium", "hard")} for k in paths},
+           "num_params": {k: metrics[f"{k}.num_params"] for k in paths},
+           "profile_fp32": profile(paths[final], threads, 128, vocab),
+           "profile_int8": profile(paths["qat_int8"], threads, 128, vocab),
+           "profile_trained": profile(paths["trained"], threads, 128, vocab)}
+    out["floors"] = {
+        "int8_file_ratio": round(size["qat_int8"] / size[final], 4),
+        "int8_latency_ratio": round(b1["qat_int8"]["median_ms"] / b1[final]["median_ms"], 4),
+        "int8_latency_ratio_min": round(b1["qat_int8"]["min_ms"] / b1[final]["min_ms"], 4),
+        "int8_b8_ratio": round(b8["qat_int8"]["median_ms"] / b8[final]["median_ms"], 4),
+        "int8_ppl_ratio": round(ppl["qat_int8"] / ppl[final], 4),
+        "qat_vs_ptq_ppl_ratio": round(ppl["qat_int8"] / ppl["ptq_int8"], 4),
+        "half_mlp_speedup": round(b1["trained"]["median_ms"] / b1[half]["median_ms"], 4),
+        "half_mlp_speedup_min": round(b1["trained"]["min_ms"] / b1[half]["min_ms"], 4),
+        "half_mlp_b8_speedup": round(b8["trained"]["median_ms"] / b8[half]["median_ms"], 4),
+        "half_mlp_ppl_ratio": round(ppl[half] / ppl["trained"], 4),
+    }
+    f = out["floors"]
+    out["pass"] = {  # latency: on the fastest run of each model (the machine is shared; medians absorb its load)
+        "int8_file": f["int8_file_ratio"] <= FLOORS["int8_file_ratio"],
+        "int8_latency": f["int8_latency_ratio_min"] <= FLOORS["int8_latency_ratio"],
+        "int8_ppl": f["int8_ppl_ratio"] <= FLOORS["int8_ppl_ratio"] and f["qat_vs_ptq_ppl_ratio"] <= 1.0,
+        "half_mlp_speedup": f["half_mlp_speedup_min"] >= FLOORS["half_mlp_speedup"],
+        "half_mlp_ppl": f["half_mlp_ppl_ratio"] <= FLOORS["half_mlp_ppl_ratio"],
+    }
+    return out
+
+
+def write_markdown(result: dict, path: Path) -> None:
+    d = result["demo"]
+    pf = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
+    lines = ["# prune / qat / export benchmark", "", f"machine: {result['machine']}", ""]
+    if "stages" in result:
+        s = result["stages"]["seconds"]
+        lines += [f"## stages on the demo (teacher `{result['teacher']}`, params.yaml settings, "
+                  f"{result['stage_threads']} torch thread(s))", "",
+                  f"- prune {s['prune']} s, qat {s['qat']} s, export {s['export']} s: **{sum(s.values()):.1f} s** "
+                  "in all (budget ~240 s)", ""]
+    lines += [f"## demo models (cpu_small), onnxruntime {result['threads']} threads, round-robin timing", "",
+              "| model | params | file MB | b1x128 median ms | b1 min ms | b8x128 median ms | ppl easy | ppl medium | "
+              "ppl hard | ppl all |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for k in d["file_mb"]:
+        t = d["val_ppl_tiers"][k]
+        lines.append(f"| {k} | {d['num_params'][k]:,} | {d['file_mb'][k]:.2f} | {d['latency_b1'][k]['median_ms']:.3f} | "
+                     f"{d['latency_b1'][k]['min_ms']:.3f} | {d['b8'][k]['median_ms']:.2f} | {t['easy']:.2f} | "
+                     f"{t['medium']:.2f} | {t['hard']:.2f} | {d['val_ppl_all'][k]:.2f} |")
+    f, p = d["floors"], d["pass"]
+    lines += ["", "### floors (demo preset)", "",
+              f"- INT8 file / FP32 file ({d['final_fp32']}): **{f['int8_file_ratio']}** (<= 0.30) {pf(p['int8_file'])}",
+              f"- INT8 / FP32 latency, batch 1 x 128: **{f['int8_latency_ratio_min']}** on the fastest runs (medians: "
+              f"{f['int8_latency_ratio']}; batch 8 medians: {f['int8_b8_ratio']}) (<= 0.40) {pf(p['int8_latency'])}",
+              f"- INT8 (QAT) / FP32 validation perplexity: **{f['int8_ppl_ratio']}** (<= 1.03), QAT / PTQ "
+              f"{f['qat_vs_ptq_ppl_ratio']} (<= 1.0) {pf(p['int8_ppl'])}",
+              f"- 50%-MLP model ({d['half_mlp']}) speed-up over trained: **{f['half_mlp_speedup_min']}x** on the fastest "
+              f"runs (medians: {f['half_mlp_speedup']}x; batch 8 medians: {f['half_mlp_b8_speedup']}x) (>= 1.25) "
+              f"{pf(p['half_mlp_speedup'])}",
+              f"- 50%-MLP model perplexity / trained: **{f['half_mlp_ppl_ratio']}** (<= 1.10) {pf(p['half_mlp_ppl'])}",
+              "", "### where the time goes (batch 1 x 128, kernel time per operator type)", ""]
+    for name in ("profile_trained", "profile_fp32", "profile_int8"):
+        pr = d[name]
+        lines.append(f"- {name.removeprefix('profile_')}: {pr['kernel_us_per_run']} us/run, output projection "
+                     f"{pr['output_projection_share']:.0%}; {pr['top_ops_share']}")
+    for g in result.get("large", []):
+        lines += ["", f"## larger preset `{g['preset']}` (vocab 4096, random weights: timing only)", "",
+                  f"- params {g['num_params']:,} (50%-MLP: {g['half_mlp_num_params']:,}); file MB {g['file_mb']}",
+                  f"- latency b1x128 median/min ms: {g['latency_b1']}",
+                  f"- batch 8 x 128 median/min ms: {g['b8']}",
+                  f"- INT8 / FP32 file: **{g['int8_file_ratio']}** (<= 0.30) {pf(g['int8_file_ratio'] <= 0.30)}",
+                  f"- INT8 / FP32 latency b1: **{g['int8_latency_ratio_min']}** on the fastest runs (medians "
+                  f"{g['int8_latency_ratio']}; batch 8 medians: {g['int8_b8_ratio']}) (<= 0.40) "
+                  f"{pf(g['int8_latency_ratio_min'] <= 0.40)}",
+                  f"- 50%-MLP speed-up b1: **{g['half_mlp_speedup_min']}x** on the fastest runs (medians "
+                  f"{g['half_mlp_speedup']}x) (>= 1.25) {pf(g['half_mlp_speedup_min'] >= 1.25)}",
+                  f"- profile fp32: {g['profile_fp32']}", f"- profile int8: {g['profile_int8']}"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teacher", default="", help="trained model dir (default: models/train, else models/reference_lm)")
+    parser.add_argument("--export-dir", default="", help="measure this export folder instead of running the stages")
+    parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads for every model")
+    parser.add_argument("--stage-threads", type=int, default=1,
+                        help="torch threads of the stage runs (on a shared machine 2 OpenMP threads can be many "
+                             "times slower than 1)")
+    parser.add_argument("--rounds", type=int, default=200, help="round-robin rounds at batch 1 (batch 8: rounds / 5)")
+    parser.add_argument("--large-preset", default="small_16m,gpu_125m", help="comma-separated presets; '' to skip")
+    args = parser.parse_args()
+    torch.set_num_threads(args.stage_threads)
+    teacher = args.teacher or ("models/train" if (ROOT / "models/train/model.safetensors").is_file()
+                               else "models/reference_lm")
+    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                "torch": torch.__version__, "onnxruntime": ort.__version__},
+                    "threads": args.threads, "stage_threads": args.stage_threads, "teacher": teacher}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.export_dir:
+            export_dir = Path(args.export_dir)
+            metrics = json.loads((ROOT / "metrics" / "export.json").read_text())
+        else:
+            export_dir, result["stages"] = run_stages(str(ROOT / teacher), work, args.stage_threads, args.threads)
+            metrics = result["stages"]["metrics"]["export"]
+        result["demo"] = demo_floors(export_dir, metrics, args.threads, args.rounds)
+        result["large"] = [large_preset(name, work, args.threads, max(20, args.rounds // 4),
+                                        ROOT / "data/perplexity/tokens")
+                           for name in args.large_preset.split(",") if name]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "export.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_markdown(result, RESULTS / "export.md")
+    print((RESULTS / "export.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
