@@ -44,8 +44,9 @@ def dvc(*args: str) -> list[str]:
 
 def command_env() -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "DVC_NO_ANALYTICS": "1", "PYTHONUNBUFFERED": "1"}
+    # No PYTHONUNBUFFERED: the stages log to stderr (line-buffered anyway), and unbuffered writes made a
+    # stage that forks worker processes while other threads write (semantic_filter's pool) deadlock.
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
 
 
 def _lines(stream: IO[bytes]) -> Iterator[str]:

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 # missing one costs time, not correctness). Extend when a stage lands with a costly default.
 TINY: dict[str, dict[str, Any]] = {
     "demo_corpus": {"num_docs": 400, "num_shards": 2},
+    # one worker = in-process: a forked pool after the stage has started threads hung (futex) on 2 cores
+    "clean": {"num_workers": 1},
+    "semantic_filter": {"num_workers": 1},
     "semantic_embed": {"num_threads": 1},
     "tokenizer": {"vocab_size": 512},
     "perplexity": {"min_docs_per_lang": 10, "val_fraction": 0.1, "num_threads": 1,
