@@ -14,6 +14,8 @@
 3. floors: INT8 file <= 30% of the FP32 file it came from; INT8 latency <= 0.4x FP32; INT8 validation
    perplexity <= 1.03x FP32 and <= PTQ; the 50%-MLP-width model >= 1.25x faster than the trained one with
    perplexity <= 1.10x (perplexities: onnxruntime, from the export stage's metrics).
+   onnxruntime's own static PTQ (`quantize_static`, QDQ, per-channel, same scheme, its own calibration
+   on 8 training batches) is measured next to the export stage's models.
 4. per-operator profile (onnxruntime profiler) of FP32 and INT8 at batch 1: where the time goes, the
    output projection (vocab x dim) on its own.
 5. larger presets (`--large-preset`, default small_16m and gpu_125m) with the demo vocabulary, random weights (latency
@@ -43,8 +45,9 @@ import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
 from stages import export, prune, qat  # noqa: E402
-from stages.common.deploy import (DeployLM, export_onnx, optimize_onnx, run_logits, session,  # noqa: E402
-                                  session_options)
+from stages.common.deploy import (DeployLM, export_onnx, optimize_onnx, ort_token_nll, run_logits,  # noqa: E402
+                                  session, session_options)
+from stages.common.evaluation import tier_perplexity  # noqa: E402
 from stages.common.model import Transformer, preset  # noqa: E402
 from stages.common.params import load_section  # noqa: E402
 from stages.common.pruning import magnitude_importance, select  # noqa: E402
@@ -155,7 +158,35 @@ def large_preset(name: str, work: Path, threads: int, rounds: int, tokens_dir: P
     return result
 
 
-def demo_floors(export_dir: Path, metrics: dict, threads: int, rounds: int) -> dict:
+class _Windows:
+    """onnxruntime CalibrationDataReader over training windows (the same data the stages calibrate on)."""
+
+    def __init__(self, tokens_dir: Path, num_batches: int) -> None:
+        shard = open_tiers(tokens_dir, "train")["medium"]
+        self.batches = iter([w[:, :-1].numpy() for w in shard.sequential_windows(256, 8, num_batches)])
+
+    def get_next(self):
+        batch = next(self.batches, None)
+        return None if batch is None else {"input_ids": batch}
+
+
+def ort_static(fp32: Path, out: Path, tokens_dir: Path, threads: int) -> Path:
+    """onnxruntime's own static PTQ of the FP32 file: QDQ, per-channel int8 weights, uint8 activations
+    (the same scheme as ours, its own calibration), then the same graph optimisation."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    qdq = out.with_suffix(".qdq.onnx")
+    # MatMul/Gemm only: left to itself it also "quantizes" the rotary tables' Gather per channel, and fails
+    quantize_static(str(fp32), str(qdq), _Windows(tokens_dir, 8), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+    return optimize_onnx(qdq, out, threads)
+
+
+def ort_perplexity(path: Path, tokens_dir: Path, threads: int) -> dict[str, float]:
+    sess = session(path, threads)
+    return tier_perplexity(lambda w: ort_token_nll(sess, w), str(tokens_dir), 256, 8)
+
+
+def demo_floors(export_dir: Path, metrics: dict, threads: int, rounds: int, work: Path, tokens_dir: Path) -> dict:
     onnx_dir = export_dir / "onnx"
     steps = sorted(k.split(".")[0] for k in metrics if k.startswith("prune_step_") and k.endswith(".file_mb"))
     final, half = steps[-1], f"prune_step_{metrics['floor.half_mlp_step']}"
@@ -164,6 +195,10 @@ def demo_floors(export_dir: Path, metrics: dict, threads: int, rounds: int) -> d
              "ptq_int8": onnx_dir / "report" / "ptq.int8.onnx", "qat_int8": onnx_dir / "model.int8.onnx",
              "ort_dynamic_int8": onnx_dir / "report" / "ort_dynamic.int8.onnx"}
     paths = {k: p for k, p in paths.items() if p.is_file()}
+    paths["ort_static_int8"] = ort_static(paths[final], work / "ort_static.int8.onnx", tokens_dir, threads)
+    static_ppl = ort_perplexity(paths["ort_static_int8"], tokens_dir, threads)
+    metrics = {**metrics, "ort_static_int8.num_params": metrics[f"{final}.num_params"],
+               **{f"ort_static_int8.val_ppl_{t}": v for t, v in static_ppl.items()}}
     vocab = 4096
     b1 = round_robin(paths, threads, 1, 128, vocab, rounds)
     b8 = round_robin(paths, threads, 8, 128, vocab, max(5, rounds // 5))
@@ -272,7 +307,8 @@ def main() -> None:
         else:
             export_dir, result["stages"] = run_stages(str(ROOT / teacher), work, args.stage_threads, args.threads)
             metrics = result["stages"]["metrics"]["export"]
-        result["demo"] = demo_floors(export_dir, metrics, args.threads, args.rounds)
+        result["demo"] = demo_floors(export_dir, metrics, args.threads, args.rounds, work,
+                                     ROOT / "data/perplexity/tokens")
         result["large"] = [large_preset(name, work, args.threads, max(20, args.rounds // 4),
                                         ROOT / "data/perplexity/tokens")
                            for name in args.large_preset.split(",") if name]
