@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import sys
@@ -104,7 +105,9 @@ class ShardResult:
 
 
 class _LocalPool:
-    """A process pool (inline when one worker, so a stage can keep its own threads, e.g. torch's)."""
+    """A process pool (inline when one worker, so a stage can keep its own threads, e.g. torch's). Workers
+    come from a forkserver, not a fork of this process: a fork of a process whose threads (OpenMP, Arrow)
+    have run leaves locks held in the child, which then hangs in its first parallel region."""
 
     def __init__(self, num_workers: int, initializer: Callable[..., None], initargs: tuple) -> None:
         self.capacity = num_workers
@@ -112,11 +115,13 @@ class _LocalPool:
         if num_workers == 1:
             initializer(*initargs)
         else:
-            self._pool = ProcessPoolExecutor(num_workers, initializer=initializer, initargs=initargs)
+            self._pool = ProcessPoolExecutor(num_workers, multiprocessing.get_context("forkserver"),
+                                             _importable(initializer), initargs)
 
     def submit(self, fn: ShardFn, payload: Any, folder: str) -> Future | dict[str, Any]:
-        return _run_shard(fn, payload, folder) if self._pool is None else self._pool.submit(_run_shard, fn, payload,
-                                                                                               folder)
+        if self._pool is None:
+            return _run_shard(fn, payload, folder)
+        return self._pool.submit(_run_shard, _importable(fn), payload, folder)
 
     def result(self, handle: Future | dict[str, Any]) -> dict[str, Any]:
         return handle.result() if isinstance(handle, Future) else handle
@@ -148,7 +153,8 @@ def _ray_task(token: str, initializer: Callable[..., None], initargs_box: list, 
 
 def _importable(fn: Callable) -> Callable:
     """`python -m stages.<name>` defines the stage's functions in __main__, which Ray would ship by value,
-    each with its own globals (a task would not see what the initializer set): use the stage's module."""
+    each with its own globals (a task would not see what the initializer set), and which a forkserver's
+    worker cannot import by that name: use the stage's module."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     if fn.__module__ == "__main__" and spec is not None:
         return getattr(importlib.import_module(spec.name), fn.__qualname__)
