@@ -128,7 +128,8 @@ def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
     """Digest of everything that shapes the trained weights: the params (but paths, devices, cadence)
     and the token shards' manifest."""
     shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
-    shaping["parallel"] = {k: v for k, v in shaping["parallel"].items() if k not in ("compile", "activation_checkpointing")}
+    shaping["parallel"] = {k: v for k, v in shaping["parallel"].items()
+                           if k not in ("compile", "activation_checkpointing")}
     text = json.dumps({"params": shaping, "data": manifest}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -232,8 +233,8 @@ STEP_COLUMNS = ["step", "loss", "lr", "grad_norm", "clip_threshold", "clipped", 
                 "memory_mb", "loss_scale", "ratio_easy", "ratio_medium", "ratio_hard"]
 
 
-def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precision: str, world_size: int, num_params: int,
-              resumed_from: int | None, seconds: float) -> dict[str, Any]:
+def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precision: str, world_size: int,
+              num_params: int, resumed_from: int | None, seconds: float) -> dict[str, Any]:
     rows = trainer.history
     # Steady state: leave out the first 10% of steps (allocator warm-up, compile).
     steady = [r["tokens_per_s"] for r in rows[len(rows) // 10:]] or [math.nan]
@@ -241,7 +242,8 @@ def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precis
     metrics: dict[str, Any] = {
         "steps": trainer.step, "tokens_seen": trainer.tokens_seen, "num_params": num_params,
         "num_processes": world_size, "precision": precision, "data_parallel_size": parallel.data_parallel_size,
-        "tensor_parallel_size": parallel.tensor_parallel_size, "pipeline_parallel_size": parallel.pipeline_parallel_size,
+        "tensor_parallel_size": parallel.tensor_parallel_size,
+        "pipeline_parallel_size": parallel.pipeline_parallel_size,
         "data_parallel_mode": parallel.data_parallel_mode,
         "final_loss": statistics.fmean(r["loss"] for r in last if math.isfinite(r["loss"])) if last else math.nan,
         "tokens_per_s": statistics.median(steady), "peak_memory_mb": max((r["memory_mb"] for r in rows), default=0.0),

@@ -323,7 +323,8 @@ class Trainer:
                 row = self.train_step()
                 bar.update()
                 if row["step"] % log_every == 0 or self.step == cfg.max_steps:
-                    bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.1e}", tok_s=f"{row['tokens_per_s']:.0f}")
+                    bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.1e}",
+                                    tok_s=f"{row['tokens_per_s']:.0f}")
                     if is_main and not progress_bar:
                         log.info("step %d/%d loss %.4f lr %.2e grad_norm %.3f clip %.3g tokens/s %.0f", self.step,
                                  cfg.max_steps, row["loss"], row["lr"], row["grad_norm"],
