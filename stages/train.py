@@ -40,6 +40,11 @@ import torch
 import torch.distributed as dist
 
 from stages.common import checkpoint
+from stages.common import model as model_module
+from stages.common import parallel as parallel_module
+from stages.common import shards as shards_module
+from stages.common import trainer as trainer_module
+from stages.common import training as training_module
 from stages.common.atomic import atomic_dir, write_csv, write_json
 from stages.common.model import CHECKPOINT_NAME, Transformer, preset
 from stages.common.params import load_section
@@ -125,12 +130,16 @@ class Params:
 
 
 def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
-    """Digest of everything that shapes the trained weights: the params (but paths, devices, cadence)
-    and the token shards' manifest."""
+    """Digest of everything that shapes the trained weights: the params (but paths, devices, cadence),
+    the token shards' manifest and the training code itself (so that after a code change, which DVC
+    reruns the stage for, a finished checkpoint of the old code is not resumed)."""
     shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
     shaping["parallel"] = {k: v for k, v in shaping["parallel"].items()
                            if k not in ("compile", "activation_checkpointing")}
-    text = json.dumps({"params": shaping, "data": manifest}, sort_keys=True)
+    code = {Path(m.__file__).name: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()
+            for m in (sys.modules[__name__], trainer_module, parallel_module, checkpoint, model_module,
+                      shards_module, training_module)}
+    text = json.dumps({"params": shaping, "data": manifest, "code": code}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -244,3 +244,15 @@ def test_frozen_layers_do_not_move_during_the_freeze(tmp_path):
     assert not torch.equal(free_before, model.layers[1].feed_forward.w1.weight)
     trainer.train_step()  # the freeze is over
     assert not torch.equal(frozen_before["feed_forward.w1.weight"], model.layers[0].feed_forward.w1.weight)
+
+
+def test_the_run_fingerprint_covers_params_data_and_training_code(tmp_path, monkeypatch):
+    params = train.Params()
+    base = train.fingerprint(params, {"vocab_size": 256})
+    assert train.fingerprint(dataclasses.replace(params, seed=1), {"vocab_size": 256}) != base
+    assert train.fingerprint(params, {"vocab_size": 512}) != base
+    assert train.fingerprint(dataclasses.replace(params, log_every=1), {"vocab_size": 256}) == base  # cadence only
+    edited = tmp_path / "trainer.py"
+    edited.write_text(Path(train.trainer_module.__file__).read_text() + "\n# a changed line\n")
+    monkeypatch.setattr(train.trainer_module, "__file__", str(edited))
+    assert train.fingerprint(params, {"vocab_size": 256}) != base  # new code: never resume the old run
