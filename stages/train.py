@@ -225,10 +225,12 @@ def _resume(root: Path, run_id: str, trainer: Trainer, parts, optimizer, is_main
         saved_id = json.loads((latest / checkpoint.TRAIN_STATE).read_text()).get("fingerprint")
         if saved_id == run_id:
             trainer.load_state_dict(checkpoint.load(latest, parts.module, optimizer))
-            log.info("resumed from %s (step %d)", latest, trainer.step)
+            if is_main:
+                log.info("resumed from %s (step %d)", latest, trainer.step)
             return trainer.step
-        log.warning("checkpoints in %s belong to another configuration (%s, now %s): starting afresh",
-                    root, saved_id, run_id)
+        if is_main:
+            log.warning("checkpoints in %s belong to another configuration or code (%s, now %s): starting afresh",
+                        root, saved_id, run_id)
     if is_main and root.exists():
         for old in checkpoint.list_checkpoints(root):
             shutil.rmtree(old)
