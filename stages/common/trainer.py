@@ -154,14 +154,8 @@ class Trainer:
         """Loss of this rank's share of the batch (a 0-d tensor; 0 where this rank sees no loss)."""
         cfg, parts = self.cfg, self.parts
         if parts.schedule is not None:
-            losses: list[torch.Tensor] = []
             with autocast(cfg.precision, self.device):
-                if self.pp_rank == 0:
-                    parts.schedule.step(inputs, target=targets if parts.is_last_stage else None, losses=losses)
-                elif parts.is_last_stage:
-                    parts.schedule.step(target=targets, losses=losses)
-                else:
-                    parts.schedule.step()
+                losses = self._run_pipeline("step", inputs, targets)
             if not losses:
                 return torch.zeros((), device=self.device)
             return torch.stack([loss.detach().float() for loss in losses]).mean() / self.scaler.scale
@@ -174,6 +168,19 @@ class Trainer:
             (loss * self.scaler.scale if self.scaler.enabled else loss).backward()
             total += loss.detach().float()
         return total
+
+    def _run_pipeline(self, method: str, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+        """One call of the pipeline schedule's `step` (forward + backward) or `eval`: the first stage feeds
+        the inputs, the last one the targets; returns the micro-batch losses (on the last stage only)."""
+        losses: list[torch.Tensor] = []
+        call = getattr(self.parts.schedule, method)
+        if self.pp_rank == 0:
+            call(inputs, target=targets if self.parts.is_last_stage else None, losses=losses)
+        elif self.parts.is_last_stage:
+            call(target=targets, losses=losses)
+        else:
+            call()
+        return losses
 
     def _global_loss(self, local: torch.Tensor) -> float:
         if not dist.is_initialized():
@@ -284,13 +291,7 @@ class Trainer:
                     if parts.schedule is None:
                         loss = parts.module(x, y).float()
                     else:
-                        losses: list[torch.Tensor] = []
-                        if self.pp_rank == 0:
-                            parts.schedule.eval(x, target=y if parts.is_last_stage else None, losses=losses)
-                        elif parts.is_last_stage:
-                            parts.schedule.eval(target=y, losses=losses)
-                        else:
-                            parts.schedule.eval()
+                        losses = self._run_pipeline("eval", x, y)
                         loss = (torch.stack(losses).float().mean() / self.scaler.scale if losses
                                 else torch.zeros((), device=self.device))
                 if self.reports:
