@@ -32,15 +32,22 @@ def wait_for_deployment(name: str, serve: subprocess.Popen, timeout_s: float = 9
         try:
             return read_deployment(name)
         except ObjectNotFound:
-            assert serve.poll() is None, serve.stdout.read()
+            assert serve.poll() is None, f"the serving process exited (exit code {serve.returncode})"
             assert time.monotonic() < deadline, f"deployment {name} did not appear"
             time.sleep(0.5)
 
 
-def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: Path, prefect_server: str):
+def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: Path, prefect_server: str,
+                                                                 tmp_path: Path):
     port = prefect_server.rsplit(":", 1)[1].split("/")[0]
+    # Output to a file, not a pipe: the runs' logs can fill a pipe nobody reads until the end, and the
+    # serving process would then block on its next write.
+    log_path = tmp_path / "serve.log"
+    # SIGINT back to its default in the child: a shell starting this suite in the background (`make test &`)
+    # makes its commands ignore SIGINT, the child would inherit that and never see the Ctrl-C below.
     serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--port", port, "--workspace", str(two_stage_repo)],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         retrain = wait_for_deployment("retrain/retrain", serve)
         cron = yaml.safe_load((ROOT / "flows" / "config.yaml").read_text())["retrain"]["cron"]
@@ -57,6 +64,7 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
         assert exp_show(two_stage_repo)["ui-run"]["metrics"]["metrics/measure.json"] == {"length": 12}
     finally:
         serve.send_signal(signal.SIGINT)  # Ctrl-C: the runner's graceful shutdown
-        output, _ = serve.communicate(timeout=180)  # graceful shutdown is slow on a loaded 2-core machine
+        serve.wait(timeout=180)  # graceful shutdown is slow on a loaded 2-core machine
+    output = log_path.read_text()
     after = read_deployment("retrain/retrain")
     assert not after.paused and after.schedules[0].active, output
