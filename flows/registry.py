@@ -68,12 +68,6 @@ def read_eval_set(path: Path) -> list[str]:
     return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def evaluate_model(model_path: Path, tokenizer_dir: Path, texts: list[str], device: torch.device) -> Evaluation:
     """Score every token of every text (fp32, so the numbers do not depend on the hardware's bf16)."""
     tokenizer = bpe.load(tokenizer_dir)

@@ -28,6 +28,7 @@ from flows.config import RetrainConfig, UnresolvedReference, load_config, resolv
 from flows.graph import changed_deps, stages_in_order, status_json
 from flows.lock import workspace_lock
 from flows.pipeline import pipeline, resolve_workspace
+from stages.common.training import resolve_device
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -67,7 +68,7 @@ def evaluate(role: str, model_path: Path, tokenizer_dir: Path, eval_set: Path, c
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     result = registry.evaluate_model(model_path, tokenizer_dir, registry.read_eval_set(eval_set),
-                                     registry.resolve_device(cfg.device))
+                                     resolve_device(cfg.device))
     get_run_logger().info("%s %s: %.4f bits/byte, token perplexity %.2f over %d documents",
                           role, model_path, result.bits_per_byte, result.token_perplexity, result.num_docs)
     return result

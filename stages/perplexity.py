@@ -48,7 +48,7 @@ from stages.common.model import CHECKPOINT_NAME, ModelConfig, Transformer, load_
 from stages.common.scoring import (CUTOFF_COLUMNS, HISTOGRAM_COLUMNS, POOLED, assign_tiers, compute_cutoffs,
                                    cutoff_rows, histogram_rows, read_cutoffs, score_documents)
 from stages.common.shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
-from stages.common.training import OptimParams, fit, resolve_precision, seed_everything
+from stages.common.training import OptimParams, fit, resolve_device, resolve_precision, seed_everything
 
 log = logging.getLogger("refinery.perplexity")
 STAGE = "perplexity"
@@ -318,12 +318,6 @@ def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers:
         raise RuntimeError(f"accounting broken: {len(corpus.ids)} docs scored, {docs.num_rows} written, "
                            f"{sum(w.num_docs for w in shards.values())} in token shards")
     return shards
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def run(params: Params) -> dict[str, Any]:

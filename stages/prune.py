@@ -32,7 +32,7 @@ from stages.common.evaluation import tier_perplexity, torch_token_nll
 from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
 from stages.common.pruning import METHODS, importance, prune, select, units_to_keep
 from stages.common.shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
-from stages.common.training import resolve_precision, seed_everything
+from stages.common.training import resolve_device, resolve_precision, seed_everything
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -68,13 +68,6 @@ class Params:
         if self.calibration_batches < 1 or self.channel_multiple < 1 or self.val_batches < 0 or self.num_threads < 0:
             raise ValueError("params 'prune.calibration_batches' and '.channel_multiple' must be >= 1, "
                              "'.val_batches' and '.num_threads' >= 0")
-
-
-def resolve_device(device: str) -> torch.device:
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
-    return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                        "cpu" if device == "auto" else device)
 
 
 def tier_sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:

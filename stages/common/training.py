@@ -41,6 +41,13 @@ class OptimParams:
             raise ValueError(f"invalid optimiser params: {self}")
 
 
+def resolve_device(device: str) -> torch.device:
+    """`auto`: CUDA when available, else CPU; `cpu` / `cuda` as named."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else torch.device(device)
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """`auto`: bf16 where the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16 or
     AMX), else fp32 (emulated bf16 matmuls on other CPUs are slower than fp32)."""

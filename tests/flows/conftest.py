@@ -7,7 +7,6 @@ import socket
 import subprocess
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -15,6 +14,7 @@ from uuid import UUID
 import pytest
 import yaml
 
+from flows.serve import is_healthy
 from tests.conftest import BIN, ROOT, init_dvc_repo, sh
 
 SERVER_START_TIMEOUT_S = 120
@@ -24,14 +24,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _healthy(api_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +40,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> str:
     server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
                                "--analytics-off", "--no-ui"], env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while not _healthy(api_url):
+    while not is_healthy(api_url):
         assert server.poll() is None, (home / "server.log").read_text()
         assert time.monotonic() < deadline, "Prefect server did not start"
         time.sleep(0.25)
