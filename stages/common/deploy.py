@@ -2,12 +2,14 @@
 training, plus the onnxruntime helpers (export, optimise, time, score).
 
 `DeployLM` computes exactly what `Transformer` computes (parity is tested to 1e-4 in onnxruntime) from the
-same parameters, rearranged for a small, fast graph; what matters on CPU at this size is the number of
-graph nodes as much as the matmuls:
-- q, k, v and the rotary "rotate half" of q and k come from ONE matmul: rotate_half is a signed
-  permutation of output channels, so its rows are a signed permutation of wq's / wk's rows (no
-  Slice/Neg/Concat per layer), and w1 / w3 are one matmul too;
-- the causal mask is built once, outside the layers;
+same parameters, rearranged for a small, fast graph; on CPU, at these sizes, the number of graph nodes
+matters as much as the matmuls (each node costs a few microseconds of dispatch and thread sync):
+- q, k and v come from ONE matmul, and w1 / w3 are one matmul too;
+- in the exported graph, rotary embedding, causal softmax attention and grouped-query heads are ONE
+  onnxruntime `GroupQueryAttention` node (com.microsoft contrib op, packed QKV input, `do_rotary`), in
+  place of ~25 Reshape/Transpose/Mul/Softmax nodes per layer (head sizes that are a multiple of 16, as
+  onnxruntime's CPU kernel requires; others export as plain ops); in torch (QAT training) the same maths
+  runs as plain ops;
 - the tied output projection runs as Gemm(transB) on the embedding table, so FP32 stores it once.
 With a `QuantScheme`, every matmul input gets a per-tensor activation quantizer (one per distinct input
 tensor, so fused matmuls share it) and every weight a per-channel int8 fake quantizer; the embedding
@@ -28,22 +30,67 @@ import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.onnx.symbolic_helper import _optional_input_placeholder_tensor
 
-from stages.common.model import Transformer
+from stages.common.model import Transformer, apply_rotary
 from stages.common.quant import ActQuant, QuantLinearTransB, QuantScheme, fake_quant_weight, quantize_weight
 
 log = logging.getLogger("refinery.deploy")
 OPSET = 17
+CONTRIB = "com.microsoft"  # onnxruntime's contrib-op domain (GroupQueryAttention)
 INPUT_NAME, OUTPUT_NAME = "input_ids", "logits"
 
 
-def _rotation(num_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row index, sign) such that rows[index] * sign produce rotate_half of the projection's output."""
-    half = head_dim // 2
-    index = torch.cat((torch.arange(half, head_dim), torch.arange(half)))
-    sign = torch.cat((-torch.ones(half), torch.ones(half)))
-    offsets = torch.arange(num_heads)[:, None] * head_dim
-    return (offsets + index).reshape(-1), sign.repeat(num_heads)
+def packed_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, kv_heads: int
+                     ) -> torch.Tensor:
+    """Causal self-attention with rotary q/k from packed projections qkv (B, T, (H + 2 KV) * D) -> (B, T, H * D):
+    what onnxruntime's GroupQueryAttention computes (cos/sin: (max_seq_len, D / 2), rotate-half pairs)."""
+    B, T, width = qkv.shape
+    D = width // (num_heads + 2 * kv_heads)
+    q, k, v = qkv.split((num_heads * D, kv_heads * D, kv_heads * D), dim=-1)
+    cos, sin = torch.cat((cos[:T], cos[:T]), dim=-1), torch.cat((sin[:T], sin[:T]), dim=-1)  # (T, D)
+    q = apply_rotary(q.reshape(B, T, num_heads, D).transpose(1, 2), cos, sin)
+    k = apply_rotary(k.reshape(B, T, kv_heads, D).transpose(1, 2), cos, sin)
+    v = v.reshape(B, T, kv_heads, D).transpose(1, 2)
+    if kv_heads != num_heads:
+        k, v = k.repeat_interleave(num_heads // kv_heads, dim=1), v.repeat_interleave(num_heads // kv_heads, dim=1)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(D))
+    return y.transpose(1, 2).reshape(B, T, num_heads * D)
+
+
+class _SequenceInfo(torch.autograd.Function):
+    """GroupQueryAttention's length inputs for ids (B, T) without padding: seqlens_k (B,) int32 = T - 1 (the
+    index of each row's last token) and total_sequence_length () int32 = T; built once per graph."""
+
+    @staticmethod
+    def forward(ctx, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T = idx.shape
+        return torch.full((B,), T - 1, dtype=torch.int32), torch.full((), T, dtype=torch.int32)
+
+    @staticmethod
+    def symbolic(g, idx):
+        shape = g.op("Shape", idx)
+        total = g.op("Cast", g.op("Gather", shape, g.op("Constant", value_t=torch.tensor(1))), to_i=6)  # int32
+        batch = g.op("Gather", shape, g.op("Constant", value_t=torch.tensor([0])))
+        last = g.op("Sub", total, g.op("Constant", value_t=torch.tensor(1, dtype=torch.int32)))
+        return g.op("Expand", last, batch), total
+
+
+class _GroupQueryAttention(torch.autograd.Function):
+    """`packed_attention` in torch; one com.microsoft GroupQueryAttention node in ONNX."""
+
+    @staticmethod
+    def forward(ctx, qkv, seqlens, total, cos, sin, num_heads: int, kv_heads: int) -> torch.Tensor:
+        return packed_attention(qkv, cos, sin, num_heads, kv_heads)
+
+    @staticmethod
+    def symbolic(g, qkv, seqlens, total, cos, sin, num_heads, kv_heads):
+        head_dim = cos.type().sizes()[-1] * 2
+        none = _optional_input_placeholder_tensor(g)
+        out, _, _ = g.op(f"{CONTRIB}::GroupQueryAttention", qkv, none, none, none, none, seqlens, total, cos, sin,
+                         num_heads_i=num_heads, kv_num_heads_i=kv_heads, do_rotary_i=1, rotary_interleaved_i=0,
+                         scale_f=1 / math.sqrt(head_dim), outputs=3)
+        return out
 
 
 class _LinearTransB(torch.autograd.Function):
@@ -78,13 +125,11 @@ class DeployLM(nn.Module):
         self.model, self.scheme = model, scheme
         cfg = model.config
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.kv_heads, cfg.head_dim
-        # (T, 1, D): broadcast over heads; the model's own (derived, non-persistent) tables
-        self.register_buffer("cos", model.rope_cos[:, None, :], persistent=False)
-        self.register_buffer("sin", model.rope_sin[:, None, :], persistent=False)
-        for name, heads in (("q", cfg.num_heads), ("k", cfg.kv_heads)):
-            index, sign = _rotation(heads, cfg.head_dim)
-            self.register_buffer(f"rot_{name}_index", index, persistent=False)
-            self.register_buffer(f"rot_{name}_sign", sign[:, None], persistent=False)
+        # onnxruntime's CPU kernel needs head_size % 16 == 0; other sizes export as plain ops (same maths)
+        self.fused_attention = cfg.head_dim % 16 == 0
+        half = cfg.head_dim // 2  # GroupQueryAttention's tables: (max_seq_len, D / 2); the model's repeat each half
+        self.register_buffer("rope_cos", model.rope_cos[:, :half].contiguous(), persistent=False)
+        self.register_buffer("rope_sin", model.rope_sin[:, :half].contiguous(), persistent=False)
         self.int8_tables = False
         if scheme is not None:
             self.layer_quant = nn.ModuleList(LayerQuant(scheme) for _ in range(cfg.num_layers))
@@ -131,30 +176,25 @@ class DeployLM(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, vocab) for token ids (B, T)."""
-        B, T = idx.shape
-        H, KV, D = self.num_heads, self.num_kv_heads, self.head_dim
-        cos, sin = self.cos[:T], self.sin[:T]
-        # built per call (two small nodes) rather than stored: a (max_seq_len^2) float table would be a
-        # sizeable share of a small INT8 file
-        mask = torch.full((T, T), float("-inf"), device=idx.device).triu(1)
+        H, KV = self.num_heads, self.num_kv_heads
+        fused = self.fused_attention and torch.onnx.is_in_onnx_export()
+        if fused:
+            seqlens, total = _SequenceInfo.apply(idx)
         h = self._embed(idx)
         for i, layer in enumerate(self.model.layers):
             quant = self.layer_quant[i] if self.quantized else None
             at, ff = layer.attention, layer.feed_forward
-            wqkv = torch.cat((at.wq.weight, at.wk.weight, at.wv.weight,
-                              at.wq.weight[self.rot_q_index] * self.rot_q_sign,
-                              at.wk.weight[self.rot_k_index] * self.rot_k_sign))
+            wqkv = torch.cat((at.wq.weight, at.wk.weight, at.wv.weight))
             qkv = self._linear(layer.attention_norm(h), wqkv, quant.attn_in if quant else None)
-            q, k, v, q_rot, k_rot = qkv.split((H * D, KV * D, KV * D, H * D, KV * D), dim=-1)
-            q = (q.reshape(B, T, H, D) * cos + q_rot.reshape(B, T, H, D) * sin).transpose(1, 2)  # (B, H, T, D)
-            k = (k.reshape(B, T, KV, D) * cos + k_rot.reshape(B, T, KV, D) * sin).transpose(1, 2)
-            v = v.reshape(B, T, KV, D).transpose(1, 2)
-            if KV != H:
-                k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(D))
-            h = h + self._linear(y.transpose(1, 2).reshape(B, T, H * D), at.wo.weight, quant.attn_out if quant else None)
-            gate_up = self._linear(layer.ffn_norm(h), torch.cat((ff.w1.weight, ff.w3.weight)), quant.ffn_in if quant else None)
-            gate, up = gate_up.chunk(2, dim=-1)
+            if fused:
+                y = _GroupQueryAttention.apply(qkv, seqlens, total, self.rope_cos, self.rope_sin, H, KV)
+            else:
+                y = packed_attention(qkv, self.rope_cos, self.rope_sin, H, KV)
+            h = h + self._linear(y, at.wo.weight, quant.attn_out if quant else None)
+            w13 = torch.cat((ff.w1.weight, ff.w3.weight))
+            gate_up = self._linear(layer.ffn_norm(h), w13, quant.ffn_in if quant else None)
+            hidden = ff.w1.weight.shape[0]  # static sizes: one Split node (chunk would trace Shape/Div/Slice)
+            gate, up = gate_up.split((hidden, hidden), dim=-1)
             h = h + self._linear(F.silu(gate) * up, ff.w2.weight, quant.ffn_mid if quant else None)
         return self._project(self.model.norm(h))
 
@@ -167,7 +207,7 @@ def export_onnx(module: nn.Module, path: str | Path, vocab_size: int) -> Path:
     module.eval()
     with torch.no_grad():
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=OPSET,
-                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                          custom_opsets={CONTRIB: 1}, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                           dynamic_axes={INPUT_NAME: {0: "batch", 1: "sequence"},
                                         OUTPUT_NAME: {0: "batch", 1: "sequence"}})
     return path

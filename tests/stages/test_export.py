@@ -2,6 +2,7 @@ import dataclasses
 import json
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import yaml
@@ -23,15 +24,19 @@ def models() -> dict[str, Transformer]:
     torch.manual_seed(0)
     gqa = Transformer(preset("debug", VOCAB, init_std=0.1)).eval()  # 4 heads, 2 kv heads
     mha = Transformer(preset("debug", VOCAB, num_kv_heads=0, tie_embeddings=False, init_std=0.1)).eval()
-    return {"gqa_tied": gqa, "mha_untied": mha,
+    # head size 16: exported as onnxruntime's fused GroupQueryAttention (the others: head size 8, plain ops)
+    fused = Transformer(preset("debug", VOCAB, dim=64, init_std=0.1)).eval()
+    return {"gqa_tied": gqa, "mha_untied": mha, "gqa_fused": fused,
             # 3 heads of 8 in dim 32: transformers needs the zero-head padding
             "pruned_heads": prune_model(mha, select(magnitude_importance(mha), 48, 3)).eval()}
 
 
-@pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads"])
+@pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads", "gqa_fused"])
 def test_fp32_onnx_matches_torch(tmp_path, name):
     model = models()[name]
     path = export_onnx(DeployLM(model), tmp_path / "m.onnx", VOCAB)
+    ops = [node.op_type for node in onnx.load(path).graph.node]
+    assert ("GroupQueryAttention" in ops) == (model.config.head_dim % 16 == 0)
     sess = session(path, 1)
     for shape in ((1, 64), (3, 17), (2, 1)):  # dynamic batch and sequence axes
         ids = torch.randint(0, VOCAB, shape)

@@ -24,9 +24,9 @@ def inputs(tmp_path_factory, one_torch_thread):
     return make_inputs(tmp_path_factory.mktemp("qat_inputs"))
 
 
-def calibrated(scheme: QuantScheme) -> DeployLM:
+def calibrated(scheme: QuantScheme, dim: int = 32) -> DeployLM:
     torch.manual_seed(0)
-    model = DeployLM(Transformer(preset("debug", VOCAB)).eval(), scheme).eval()
+    model = DeployLM(Transformer(preset("debug", VOCAB, dim=dim)).eval(), scheme).eval()
     set_mode(model, "observe")
     with torch.no_grad():
         for _ in range(3):
@@ -60,9 +60,9 @@ def test_activation_quantizer_calibrates_then_freezes(symmetric):
     assert aq.hi.item() == pytest.approx(3.0)  # frozen: no longer observing
 
 
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp_path, symmetric):
-    model = calibrated(QuantScheme(activation_symmetric=symmetric))
+@pytest.mark.parametrize("symmetric,dim", [(False, 32), (True, 32), (False, 64)])
+def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp_path, symmetric, dim):
+    model = calibrated(QuantScheme(activation_symmetric=symmetric), dim)  # head size 8: plain ops; 16: fused
     ids = torch.randint(0, VOCAB, (3, 40))
     with torch.no_grad():
         expected = model(ids).numpy()
@@ -73,7 +73,8 @@ def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp
     path = optimize_onnx(raw, tmp_path / "int8.onnx", 1)
     graph = onnx.load(str(path)).graph
     ops = collections.Counter(n.op_type for n in graph.node)
-    assert ops["MatMulIntegerToFloat"] == 2 * 4  # per layer: qkv(+rotary), wo, w1|w3, w2
+    assert ops["MatMulIntegerToFloat"] == 2 * 4  # per layer: qkv, wo, w1|w3, w2
+    assert ops["GroupQueryAttention"] == (2 if dim == 64 else 0)
     assert ops["QGemm"] == 1  # the output projection, on the int8 embedding table itself
     int8_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.INT8)
     float_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
