@@ -207,7 +207,8 @@ def export_onnx(module: nn.Module, path: str | Path, vocab_size: int) -> Path:
     module.eval()
     with torch.no_grad():
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=OPSET,
-                          custom_opsets={CONTRIB: 1}, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                          custom_opsets={CONTRIB: 1} if getattr(module, "fused_attention", False) else None,
+                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                           dynamic_axes={INPUT_NAME: {0: "batch", 1: "sequence"},
                                         OUTPUT_NAME: {0: "batch", 1: "sequence"}})
     return path
