@@ -166,7 +166,7 @@ def ort_perplexity(path: Path, tokens_dir: Path, threads: int) -> dict[str, floa
     return tier_perplexity(lambda w: ort_token_nll(sess, w), str(tokens_dir), 256, 8)
 
 
-def demo_floors(export_dir: Path, metrics: dict, threads: int, rounds: int, work: Path, tokens_dir: Path) -> dict:
+def measure_floors(export_dir: Path, metrics: dict, threads: int, rounds: int, work: Path, tokens_dir: Path) -> dict:
     onnx_dir = export_dir / "onnx"
     steps = sorted(k.split(".")[0] for k in metrics if k.startswith("prune_step_") and k.endswith(".file_mb"))
     final, half = steps[-1], f"prune_step_{metrics['floor.half_mlp_step']}"
@@ -283,12 +283,12 @@ def main() -> None:
             teacher, trained = train_teacher(args.preset, args.train_steps, work, args.stage_threads)
             export_dir, stages = run_stages(str(teacher), work, args.stage_threads, args.threads)
             result["bench"] = {"preset": args.preset, "train": trained, "stages": stages,
-                               "floors": demo_floors(export_dir, stages["metrics"]["export"], args.threads,
+                               "floors": measure_floors(export_dir, stages["metrics"]["export"], args.threads,
                                                      args.rounds, work, tokens_dir)}
         demo = Path(args.demo_root) if args.demo_root else None
         if demo and (demo / "models/export/onnx/model.int8.onnx").is_file():
             result["demo_root"] = str(demo)
-            result["demo"] = demo_floors(demo / "models/export", json.loads((demo / "metrics/export.json").read_text()),
+            result["demo"] = measure_floors(demo / "models/export", json.loads((demo / "metrics/export.json").read_text()),
                                          args.threads, args.rounds, work, demo / "data/perplexity/tokens")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "export.json").write_text(json.dumps(result, indent=2, default=str) + "\n")

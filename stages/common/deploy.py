@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.onnx.symbolic_helper import _optional_input_placeholder_tensor
 
-from stages.common.model import Transformer, apply_rotary
+from stages.common.model import Transformer, causal_attention
 from stages.common.quant import ActQuant, QuantLinearTransB, QuantScheme, fake_quant_weight, quantize_weight
 
 log = logging.getLogger("refinery.deploy")
@@ -44,17 +44,12 @@ INPUT_NAME, OUTPUT_NAME = "input_ids", "logits"
 def packed_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, kv_heads: int
                      ) -> torch.Tensor:
     """Causal self-attention with rotary q/k from packed projections qkv (B, T, (H + 2 KV) * D) -> (B, T, H * D):
-    what onnxruntime's GroupQueryAttention computes (cos/sin: (max_seq_len, D / 2), rotate-half pairs)."""
+    what onnxruntime's GroupQueryAttention computes. cos/sin: the model's (max_seq_len, D) tables."""
     B, T, width = qkv.shape
     D = width // (num_heads + 2 * kv_heads)
-    q, k, v = qkv.split((num_heads * D, kv_heads * D, kv_heads * D), dim=-1)
-    cos, sin = torch.cat((cos[:T], cos[:T]), dim=-1), torch.cat((sin[:T], sin[:T]), dim=-1)  # (T, D)
-    q = apply_rotary(q.reshape(B, T, num_heads, D).transpose(1, 2), cos, sin)
-    k = apply_rotary(k.reshape(B, T, kv_heads, D).transpose(1, 2), cos, sin)
-    v = v.reshape(B, T, kv_heads, D).transpose(1, 2)
-    if kv_heads != num_heads:
-        k, v = k.repeat_interleave(num_heads // kv_heads, dim=1), v.repeat_interleave(num_heads // kv_heads, dim=1)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(D))
+    q, k, v = (t.reshape(B, T, -1, D).transpose(1, 2)
+               for t in qkv.split((num_heads * D, kv_heads * D, kv_heads * D), dim=-1))
+    y = causal_attention(q, k, v, cos[:T], sin[:T])
     return y.transpose(1, 2).reshape(B, T, num_heads * D)
 
 
@@ -77,11 +72,12 @@ class _SequenceInfo(torch.autograd.Function):
 
 
 class _GroupQueryAttention(torch.autograd.Function):
-    """`packed_attention` in torch; one com.microsoft GroupQueryAttention node in ONNX."""
+    """`packed_attention` in torch; one com.microsoft GroupQueryAttention node in ONNX. cos/sin are
+    GroupQueryAttention's half-width tables (max_seq_len, D / 2); only traced at export."""
 
     @staticmethod
     def forward(ctx, qkv, seqlens, total, cos, sin, num_heads: int, kv_heads: int) -> torch.Tensor:
-        return packed_attention(qkv, cos, sin, num_heads, kv_heads)
+        return packed_attention(qkv, torch.cat((cos, cos), -1), torch.cat((sin, sin), -1), num_heads, kv_heads)
 
     @staticmethod
     def symbolic(g, qkv, seqlens, total, cos, sin, num_heads, kv_heads):
@@ -124,12 +120,12 @@ class DeployLM(nn.Module):
         super().__init__()
         self.model, self.scheme = model, scheme
         cfg = model.config
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.kv_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads = cfg.num_heads, cfg.kv_heads
         # onnxruntime's CPU kernel needs head_size % 16 == 0; other sizes export as plain ops (same maths)
         self.fused_attention = cfg.head_dim % 16 == 0
         half = cfg.head_dim // 2  # GroupQueryAttention's tables: (max_seq_len, D / 2); the model's repeat each half
-        self.register_buffer("rope_cos", model.rope_cos[:, :half].contiguous(), persistent=False)
-        self.register_buffer("rope_sin", model.rope_sin[:, :half].contiguous(), persistent=False)
+        self.register_buffer("gqa_cos", model.rope_cos[:, :half].contiguous(), persistent=False)
+        self.register_buffer("gqa_sin", model.rope_sin[:, :half].contiguous(), persistent=False)
         self.int8_tables = False
         if scheme is not None:
             self.layer_quant = nn.ModuleList(LayerQuant(scheme) for _ in range(cfg.num_layers))
@@ -187,9 +183,9 @@ class DeployLM(nn.Module):
             wqkv = torch.cat((at.wq.weight, at.wk.weight, at.wv.weight))
             qkv = self._linear(layer.attention_norm(h), wqkv, quant.attn_in if quant else None)
             if fused:
-                y = _GroupQueryAttention.apply(qkv, seqlens, total, self.rope_cos, self.rope_sin, H, KV)
+                y = _GroupQueryAttention.apply(qkv, seqlens, total, self.gqa_cos, self.gqa_sin, H, KV)
             else:
-                y = packed_attention(qkv, self.rope_cos, self.rope_sin, H, KV)
+                y = packed_attention(qkv, self.model.rope_cos, self.model.rope_sin, H, KV)
             h = h + self._linear(y, at.wo.weight, quant.attn_out if quant else None)
             w13 = torch.cat((ff.w1.weight, ff.w3.weight))
             gate_up = self._linear(layer.ffn_norm(h), w13, quant.ffn_in if quant else None)

@@ -105,6 +105,17 @@ def preset(name: str, vocab_size: int, **overrides: object) -> ModelConfig:
     return dataclasses.replace(PRESETS[name], vocab_size=vocab_size, **overrides)
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                     ) -> torch.Tensor:
+    """Causal softmax attention (B, H, T, D) of q (B, H, T, D) over k, v (B, KV, T, D), q and k rotated first;
+    each key/value head serves H / KV query heads (grouped-query attention)."""
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    if k.shape[1] != q.shape[1]:
+        repeat = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -151,11 +162,7 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
         v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if k.shape[1] != q.shape[1]:
-            repeat = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        y = causal_attention(q, k, v, cos, sin)  # (B, H, T, D)
         return self.wo(y.transpose(1, 2).reshape(B, T, -1))
 
 
