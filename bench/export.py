@@ -288,7 +288,8 @@ def main() -> None:
         demo = Path(args.demo_root) if args.demo_root else None
         if demo and (demo / "models/export/onnx/model.int8.onnx").is_file():
             result["demo_root"] = str(demo)
-            result["demo"] = measure_floors(demo / "models/export", json.loads((demo / "metrics/export.json").read_text()),
+            demo_metrics = json.loads((demo / "metrics/export.json").read_text())
+            result["demo"] = measure_floors(demo / "models/export", demo_metrics,
                                          args.threads, args.rounds, work, demo / "data/perplexity/tokens")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "export.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
