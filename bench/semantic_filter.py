@@ -33,7 +33,8 @@ from stages.common.semantic import Encoder  # noqa: E402
 DEVSET = ROOT.parent / "shared" / "devset"
 
 
-def run_demo(tmp: Path, params_path: Path) -> tuple[dict, semantic_head.Params, semantic_embed.Params]:
+def run_demo(tmp: Path, params_path: Path) -> tuple[dict, semantic_head.Params, semantic_embed.Params,
+                                                    semantic_filter.Params]:
     e = dataclasses.replace(load_section("semantic_embed", semantic_embed.Params, params_path),
                             out_dir=str(tmp / "emb"), metrics_path=str(tmp / "embed.json"))
     h = dataclasses.replace(load_section("semantic_head", semantic_head.Params, params_path),
@@ -53,10 +54,11 @@ def run_demo(tmp: Path, params_path: Path) -> tuple[dict, semantic_head.Params, 
         "encoded_per_s": embed_m["encoded_per_s"], "pass_rate": filter_m["pass_rate"],
         **{k: v for k, v in filter_m.items() if k.startswith(("val.", "threshold.", "dropped."))},
     }
-    return result, h, e
+    return result, h, e, f
 
 
-def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Params) -> dict:
+def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Params,
+                filter_params: semantic_filter.Params) -> dict:
     raw = tmp / "devset_raw"
     raw.mkdir()
     truth = {}
@@ -75,9 +77,9 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
     emb = semantic_embed.embed(encoder, docs["text"], docs["lang"], embed.embed_languages)
     (tmp / "dev_emb").mkdir()
     semantic_embed.write_doc_embeddings(tmp / "dev_emb" / "docs.parquet", docs["id"], docs["lang"], emb)
-    f = semantic_filter.Params(docs_dir=str(tmp / "dev_clean" / "docs"), embeddings_dir=str(tmp / "dev_emb"),
-                               head_dir=head.out_dir, out_dir=str(tmp / "dev_out"),
-                               metrics_path=str(tmp / "dev_filter.json"), work_dir=str(tmp / "dev_filter_work"))
+    f = dataclasses.replace(filter_params, docs_dir=str(tmp / "dev_clean" / "docs"),
+                            embeddings_dir=str(tmp / "dev_emb"), head_dir=head.out_dir, out_dir=str(tmp / "dev_out"),
+                            metrics_path=str(tmp / "dev_filter.json"), work_dir=str(tmp / "dev_filter_work"))
     semantic_filter.run(f)
     dropped = set(read_table(tmp / "dev_out" / "quarantine", ["id"]).column("id").to_pylist())
     total, drops = Counter(), Counter()
@@ -96,9 +98,9 @@ def main() -> None:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        results["demo"], head, embed = run_demo(tmp, params_path)
-        if (DEVSET / "devset.jsonl").is_file():
-            results["devset"] = run_devset(tmp, head, embed)
+        results["demo"], head, embed, filter_params = run_demo(tmp, params_path)
+        if (DEVSET / "devset.jsonl").is_file():  # the same head, thresholds and filter settings as the demo
+            results["devset"] = run_devset(tmp, head, embed, filter_params)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "semantic_filter.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")

@@ -436,6 +436,78 @@ ZH_VERSION_LINES = (
     "{prog} 主页：<{url}>", "请将翻译错误报告给 <{email}>。", "本程序基于 {lic} 发布，详细条款请参阅随附的 COPYING 文件。",
 )
 ZH_ARGS = ("文件", "目录", "源", "目标", "模式", "名称", "设备", "地址")
+# --- Chinese interface strings, as desktop and system catalogs ship them: settings and widget-property
+# descriptions, package-manager and authentication messages, and shell-builtin help blocks (summary,
+# indented description, option list, exit status). Own templates; slots filled by `ui_strings`.
+ZH_WIDGETS = ("按钮", "标签", "窗口", "菜单", "工具栏", "滚动条", "标签页", "对话框", "文本视图", "单元格", "进度条",
+              "图标", "输入框", "列表", "树视图", "状态栏", "面板", "复选框", "滑块", "提示框", "视口", "分隔条")
+ZH_WIDGET_PARTS = ("边框", "阴影", "内边距", "箭头", "光标", "标题栏", "子项", "背景", "文字", "图示", "滑块", "指示器")
+ZH_MEASURES = ("宽度", "高度", "间距", "大小", "延迟", "透明度", "最小长度", "最大宽度", "缩进", "行距")
+ZH_UNITS = ("像素", "毫秒", "秒", "字符", "天", "行", "点")
+ZH_UI_EFFECTS = ("在桌面上显示图标", "自动隐藏工具栏", "在锁屏时显示通知", "在输入时禁用触摸板", "点击时播放声音",
+                 "自动挂载可移动介质", "在状态栏中显示电池百分比", "使用深色主题", "在标签页上显示关闭按钮",
+                 "记住上次打开的目录", "在启动时恢复会话", "允许用户切换账户", "在空闲时锁定屏幕", "交换鼠标的左右键",
+                 "放大屏幕上的文字", "在标题栏中显示完整路径", "自动删除旧的临时文件", "在列表中显示隐藏文件",
+                 "按下键盘时发出提示音", "在菜单中显示图标", "平滑滚动", "在搜索结果中包含应用", "同步剪贴板内容",
+                 "使用 24 小时制显示时间", "在通知中显示消息内容")
+ZH_SETTINGS = ("如果为 TRUE，将{effect}。", "若设为 true，则{effect}。", "是否{effect}。",
+               "当 TRUE 时，{widget}会{effect}", "启用后，{effect}。", "设为 false 时不会{effect}。",
+               "{widget}的{measure}，以{unit}计", "{widget}{part}的{measure}", "决定{widget}周围的{part}要如何绘制",
+               "{widget}之间的{measure}。必须是偶数", "{widget}所需的最大{measure}，以{unit}计",
+               "在{widget}中显示{part}", "{widget}是否可以获得键盘焦点", "{widget}的{part}使用的颜色",
+               "用于绘制{part}的字体名称", "{part}开始闪烁前的等待时间，单位为{unit}。", "保留{widget}历史记录的天数",
+               "一个描述{widget}{part}字体的字符串。", "{widget}是否响应用户的输入",
+               "如果{widget}的空间不够，如何截断其中的文字", "{widget}被选中时是否{effect}",
+               "选择“{choice}”时，{effect}；选择“{choice}”时则不会。", "可选值为“{choice}”、“{choice}”和“{choice}”。",
+               "此键已弃用，请改用“{key}”。", "“{key}”的默认值", "“{key}”设为 0 时使用系统默认值。",
+               "{widget}的默认{measure}", "{widget}中每个{part}之间的{measure}（{unit}）",
+               "要在{widget}中使用的图标主题名称", "{widget}的对齐方式")
+ZH_UI_CHOICES = ("always", "never", "auto", "left", "right", "mouse", "none", "default", "system", "小", "大", "居中")
+ZH_SETTING_KEYS = ("show-hidden", "font-name", "icon-theme", "idle-delay", "cursor-size", "old-files-age",
+                   "clock-format", "titlebar-font", "scroll-method", "lock-delay", "text-scaling-factor")
+ZH_PACKAGE_MESSAGES = ("正在刷新软件包缓存", "正在解析依赖关系", "正在下载软件包", "正在安装软件包", "正在删除软件包",
+                       "正在等待认证", "需要认证才能安装软件包", "需要认证才能更新系统", "需要认证才能修改系统设置",
+                       "没有可用的更新", "软件包 %s 已是最新版本", "无法找到软件包 %s", "事务失败：%s", "事务已被取消",
+                       "另一个事务正在进行中，请稍候", "无法获取 %s 的签名密钥", "软件源 %s 的元数据已过期",
+                       "软件包 %s 与 %s 冲突", "%d 个软件包可以升级", "需要重新启动系统才能完成更新",
+                       "无法写入软件包数据库：%s", "正在验证软件包的完整性", "下载的文件校验失败：%s",
+                       "请插入标有“%s”的介质", "服务器版本 %s 与客户端版本 %s 不兼容", "无法连接到服务器：%s",
+                       "数据库“%s”不存在", "角色“%s”不存在", "数据目录“%s”的权限不正确", "正在检查集群的兼容性",
+                       "正在同步数据目录", "新旧集群的区域设置不匹配", "认证失败", "密码错误",
+                       "账户已过期，请联系管理员", "密码长度至少为 %d 个字符", "是否信任此密钥？")
+# (name, synopsis arguments, summary)
+ZH_BUILTINS = (("jobs", "[-lnprs] [任务说明符 ...]", "显示任务状态。"), ("fg", "[任务说明符]", "将任务移至前台。"),
+               ("bg", "[任务说明符 ...]", "将任务移至后台。"),
+               ("hash", "[-lr] [-p 路径名] [-dt] [名称 ...]", "记住或显示程序位置。"),
+               ("pushd", "[-n] [+N | -N | 目录]", "将目录添加到栈中。"),
+               ("ulimit", "[-SHabcdefiklmnpqrstuvxPT] [限制]", "修改 shell 资源限制。"),
+               ("trap", "[-lp] [[参数] 信号说明符 ...]", "捕获信号和其他事件。"),
+               ("alias", "[-p] [名称[=值] ... ]", "定义或显示别名。"),
+               ("export", "[-fn] [名称[=值] ...]", "为 shell 变量设定导出属性。"),
+               ("umask", "[-p] [-S] [模式]", "显示或设定文件模式掩码。"),
+               ("wait", "[-fn] [-p 变量] [编号 ...]", "等待任务完成并返回退出状态。"),
+               ("cd", "[-L|[-P [-e]] [-@]] [目录]", "改变 shell 的工作目录。"),
+               ("type", "[-afptP] 名称 [名称 ...]", "显示命令类型的信息。"),
+               ("history", "[-c] [-d 偏移量] [n]", "显示或操纵历史列表。"),
+               ("complete", "[-abcdefgjksuv] [-o 选项] [名称 ...]", "指定如何补全参数。"),
+               ("kill", "[-s 信号说明符] 进程号 | 任务说明符", "向一个任务发送信号。"))
+ZH_BUILTIN_LINES = ("如果不带参数，则显示{things}的列表。", "每一个<{arg}>可以是{thing}名称或者{thing}编号。",
+                    "如果指定了<{arg}>，则只处理该{thing}。", "在<{arg}>后面加上“&”会把{thing}放到后台。",
+                    "否则使用当前{thing}的概念。", "结果保存在 shell 变量 {var} 中。",
+                    "如果没有给出<{arg}>，则使用 {var} 的值。", "{var} 变量在每次 shell 启动时被初始化为 1。",
+                    "不带选项时，以可以重新用作输入的格式打印现有的{things}。", "<{arg}>可以是信号名称或者信号编号。",
+                    "该命令只在启用了任务控制时有效。", "修改会影响当前 shell 及其所有子进程。")
+ZH_BUILTIN_OPTIONS = ("列出{things}的详细信息", "只显示{things}的编号", "删除每一个<{arg}>",
+                      "以可重用的格式打印{things}", "忽略不存在的{things}", "不改变当前目录，只操作栈",
+                      "把{things}标记为导出", "显示所有匹配的{things}", "强制搜索 {var}", "对每一个<{arg}>取消设定")
+ZH_BUILTIN_STATUS = ("返回成功，除非使用了无效的选项或者发生错误。", "返回<{arg}>的状态；如果发生错误则返回失败。",
+                     "返回成功，除非<{arg}>无效。", "如果所有的<{arg}>都找到了则返回成功；否则返回失败。",
+                     "返回最后一个执行的命令的状态。")
+ZH_BUILTIN_THINGS = ("任务", "目录", "别名", "变量", "函数", "补全规约", "信号", "命令", "进程", "资源限制")
+ZH_SHELL_VARS = ("OPTIND", "OPTARG", "PATH", "DIRSTACK", "HISTFILE", "REPLY", "CDPATH", "HOME")
+ZH_EXIT_STATUS = ("退出状态：", " 0  表示正常，", " 1  表示小问题（例如：无法访问子目录），",
+                  " 2  表示严重问题（例如：无法使用命令行参数）。",
+                  "如果所有输入都成功处理，则退出状态为 0，否则为 1。", "出错时退出状态为 2。")
 EN_OBJECTS = ("file", "directory", "package", "configuration file", "device", "user", "partition", "database",
               "connection", "session", "certificate", "image", "repository", "index", "cache", "module", "plugin",
               "process", "socket", "symbolic link", "key", "log")
@@ -509,7 +581,7 @@ NOTICE_THINGS = ("software", "library", "program", "font", "documentation", "dat
 # Shares of each language's boilerplate documents by source. When the pool of real licence text runs
 # out, licence documents fall back to the notices.
 BOILER_MIX_EN = {"licence": 0.55, "notice": 0.2, "messages": 0.05, "templates": 0.2}
-BOILER_MIX_ZH = {"po": 0.35, "messages": 0.45, "templates": 0.2}
+BOILER_MIX_ZH = {"po": 0.3, "messages": 0.3, "ui": 0.25, "templates": 0.15}
 BOILER_LOCALES = {"en_US": 0.55, "zh_CN": 0.35, "zh_TW": 0.10}
 LICENCE_FILES = ("LICENSE", "LICENCE", "COPYING", "NOTICE")  # name prefixes, upper case, in *.dist-info
 LICENCE_DOC_CHARS = (100, 3000)  # a licence document: 1-3 consecutive paragraphs, at least 100 chars
@@ -2063,6 +2135,8 @@ class Builder:
             return self.po_doc(loc)
         if source in ("po", "messages"):
             return self.messages(loc)
+        if source == "ui":
+            return self.ui_strings(loc)
         return self.site_boilerplate(loc)
 
     def site_boilerplate(self, loc: str) -> str:
@@ -2126,7 +2200,7 @@ class Builder:
             "licurl": lambda: licurl, "name": f.name, "email": f.email, "url": f.url}
         texts = dict(msg=ZH_MESSAGES, usage=ZH_USAGE, desc=ZH_DESCRIPTIONS, ver=ZH_VERSION_LINES) if zh else \
             dict(msg=EN_MESSAGES, usage=EN_USAGE, desc=EN_DESCRIPTIONS, ver=EN_VERSION_LINES)
-        if not zh and rng.random() < 0.4:  # one program's --help (Chinese: catalog lines only)
+        if rng.random() < 0.4:  # one program's --help
             lines = [self.fill(t, slots) for t in rng.sample(texts["usage"], rng.randint(1, 2))]
             lines += [self.fill(t, slots) for t in rng.sample(texts["desc"], rng.randint(0, 2))]
             lines += [self.option_line(o, zh) for o in rng.sample(CLI_OPTIONS, rng.randint(2, 7))]
@@ -2138,6 +2212,44 @@ class Builder:
                      else self.fill(rng.choice(texts[k]), slots) for k in kinds]
         text = "\n".join(lines)
         return to_traditional(text) if loc == "zh_TW" else text
+
+    def ui_strings(self, loc: str) -> str:
+        """2-4 runs of interface strings: settings/property descriptions, package-manager and
+        authentication messages, a shell builtin's help block, a --help exit-status block."""
+        rng = self.rng
+        slots: dict[str, Callable[[], str]] = {
+            name: functools.partial(rng.choice, values) for name, values in (
+                ("effect", ZH_UI_EFFECTS), ("widget", ZH_WIDGETS), ("part", ZH_WIDGET_PARTS), ("measure", ZH_MEASURES),
+                ("unit", ZH_UNITS), ("choice", ZH_UI_CHOICES), ("key", ZH_SETTING_KEYS), ("thing", ZH_BUILTIN_THINGS),
+                ("things", ZH_BUILTIN_THINGS), ("var", ZH_SHELL_VARS), ("arg", ZH_ARGS + ("任务说明符",)))}
+        runs = []
+        kinds = rng.choices(("settings", "package", "builtin", "exit"), (0.4, 0.25, 0.25, 0.1), k=rng.randint(2, 4))
+        for kind in kinds:
+            if kind == "settings":
+                runs += [self.fill(t, slots) for t in rng.sample(ZH_SETTINGS, rng.randint(3, 8))]
+            elif kind == "package":
+                runs += rng.sample(ZH_PACKAGE_MESSAGES, rng.randint(3, 8))
+            elif kind == "exit":
+                runs += [ZH_EXIT_STATUS[0], *ZH_EXIT_STATUS[1:4]] if rng.random() < 0.5 \
+                    else [ZH_EXIT_STATUS[0], *rng.sample(ZH_EXIT_STATUS[4:], 1)]
+            else:
+                runs.append(self.builtin_help(slots))
+        text = "\n".join(runs)
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    def builtin_help(self, slots: dict[str, Callable[[], str]]) -> str:
+        """A shell builtin's help: synopsis, summary, indented description, options, exit status."""
+        rng = self.rng
+        name, synopsis, summary = rng.choice(ZH_BUILTINS)
+        lines = [f"{name}: {name} {synopsis}"] if rng.random() < 0.5 else []
+        lines += [summary, "    "]
+        lines += ["    " + self.fill(t, slots) for t in rng.sample(ZH_BUILTIN_LINES, rng.randint(1, 4))]
+        if rng.random() < 0.6:
+            flags = rng.sample("acdefklnprsuvxLP", rng.randint(2, 5))
+            lines += ["    ", "    选项："] + [f"      -{flag}\t{self.fill(rng.choice(ZH_BUILTIN_OPTIONS), slots)}"
+                                              for flag in flags]
+        lines += ["    ", "    退出状态：", "    " + self.fill(rng.choice(ZH_BUILTIN_STATUS), slots)]
+        return "\n".join(lines)
 
     def po_doc(self, loc: str) -> str:
         """4-12 translations from the Chinese .po catalogs that installed packages ship, one a line. The

