@@ -10,6 +10,8 @@ matters as much as the matmuls (each node costs a few microseconds of dispatch a
   place of ~25 Reshape/Transpose/Mul/Softmax nodes per layer (head sizes that are a multiple of 16, as
   onnxruntime's CPU kernel requires; others export as plain ops); in torch (QAT training) the same maths
   runs as plain ops;
+- each residual add and the RMSNorm after it are ONE `SkipSimplifiedLayerNormalization` node (contrib op;
+  it also outputs the sum, which the residual stream carries on);
 - the tied output projection runs as Gemm(transB) on the embedding table, so FP32 stores it once.
 With a `QuantScheme`, every matmul input gets a per-tensor activation quantizer (one per distinct input
 tensor, so fused matmuls share it) and every weight a per-channel int8 fake quantizer; the embedding
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +32,14 @@ import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.onnx.symbolic_helper import _optional_input_placeholder_tensor
+from torch.onnx.symbolic_helper import _get_tensor_sizes, _optional_input_placeholder_tensor
 
 from stages.common.model import Transformer, causal_attention
 from stages.common.quant import ActQuant, QuantLinearTransB, QuantScheme, fake_quant_weight, quantize_weight
 
 log = logging.getLogger("refinery.deploy")
 OPSET = 17
-CONTRIB = "com.microsoft"  # onnxruntime's contrib-op domain (GroupQueryAttention)
+CONTRIB = "com.microsoft"  # onnxruntime's contrib ops (GroupQueryAttention, SkipSimplifiedLayerNormalization)
 INPUT_NAME, OUTPUT_NAME = "input_ids", "logits"
 
 
@@ -86,7 +88,28 @@ class _GroupQueryAttention(torch.autograd.Function):
         out, _, _ = g.op(f"{CONTRIB}::GroupQueryAttention", qkv, none, none, none, none, seqlens, total, cos, sin,
                          num_heads_i=num_heads, kv_num_heads_i=kv_heads, do_rotary_i=1, rotary_interleaved_i=0,
                          scale_f=1 / math.sqrt(head_dim), outputs=3)
+        sizes = _get_tensor_sizes(qkv) or [None, None]  # declare the contrib op's output type for the exporter
+        out.setType(qkv.type().with_sizes([sizes[0], sizes[1], num_heads * head_dim]))
         return out
+
+
+class _SkipRMSNorm(torch.autograd.Function):
+    """(rmsnorm(x + skip) * weight, x + skip): the residual add and the next RMSNorm, as one onnxruntime
+    SkipSimplifiedLayerNormalization node (com.microsoft) in ONNX; only traced at export (the model's
+    RMSNorm modules compute it everywhere else)."""
+
+    @staticmethod
+    def forward(ctx, x, skip, weight, eps: float):
+        total = x + skip
+        return F.rms_norm(total, weight.shape, weight, eps), total
+
+    @staticmethod
+    def symbolic(g, x, skip, weight, eps):
+        out, _, _, total = g.op(f"{CONTRIB}::SkipSimplifiedLayerNormalization", x, skip, weight, epsilon_f=eps,
+                                outputs=4)
+        out.setType(x.type())  # contrib ops: declare the output types for the exporter's shape inference
+        total.setType(x.type())
+        return out, total
 
 
 class _LinearTransB(torch.autograd.Function):
@@ -173,26 +196,38 @@ class DeployLM(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, vocab) for token ids (B, T)."""
         H, KV = self.num_heads, self.num_kv_heads
-        fused = self.fused_attention and torch.onnx.is_in_onnx_export()
+        exporting = torch.onnx.is_in_onnx_export()
+        fused = self.fused_attention and exporting
         if fused:
             seqlens, total = _SequenceInfo.apply(idx)
+
+        def add_norm(x: torch.Tensor, residual: torch.Tensor, norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+            """(norm(residual + x), residual + x); one SkipSimplifiedLayerNormalization node in ONNX."""
+            if exporting:
+                return _SkipRMSNorm.apply(x, residual, norm.weight, norm.eps)
+            residual = residual + x
+            return norm(residual), residual
+
         h = self._embed(idx)
+        normed = self.model.layers[0].attention_norm(h)
         for i, layer in enumerate(self.model.layers):
             quant = self.layer_quant[i] if self.quantized else None
             at, ff = layer.attention, layer.feed_forward
             wqkv = torch.cat((at.wq.weight, at.wk.weight, at.wv.weight))
-            qkv = self._linear(layer.attention_norm(h), wqkv, quant.attn_in if quant else None)
+            qkv = self._linear(normed, wqkv, quant.attn_in if quant else None)
             if fused:
                 y = _GroupQueryAttention.apply(qkv, seqlens, total, self.gqa_cos, self.gqa_sin, H, KV)
             else:
                 y = packed_attention(qkv, self.model.rope_cos, self.model.rope_sin, H, KV)
-            h = h + self._linear(y, at.wo.weight, quant.attn_out if quant else None)
+            normed, h = add_norm(self._linear(y, at.wo.weight, quant.attn_out if quant else None), h, layer.ffn_norm)
             w13 = torch.cat((ff.w1.weight, ff.w3.weight))
-            gate_up = self._linear(layer.ffn_norm(h), w13, quant.ffn_in if quant else None)
+            gate_up = self._linear(normed, w13, quant.ffn_in if quant else None)
             hidden = ff.w1.weight.shape[0]  # static sizes: one Split node (chunk would trace Shape/Div/Slice)
             gate, up = gate_up.split((hidden, hidden), dim=-1)
-            h = h + self._linear(F.silu(gate) * up, ff.w2.weight, quant.ffn_mid if quant else None)
-        return self._project(self.model.norm(h))
+            following = self.model.layers[i + 1].attention_norm if i + 1 < len(self.model.layers) else self.model.norm
+            normed, h = add_norm(self._linear(F.silu(gate) * up, ff.w2.weight, quant.ffn_mid if quant else None), h,
+                                 following)
+        return self._project(normed)
 
 
 def export_onnx(module: nn.Module, path: str | Path, vocab_size: int) -> Path:
@@ -203,7 +238,7 @@ def export_onnx(module: nn.Module, path: str | Path, vocab_size: int) -> Path:
     module.eval()
     with torch.no_grad():
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=OPSET,
-                          custom_opsets={CONTRIB: 1} if getattr(module, "fused_attention", False) else None,
+                          custom_opsets={CONTRIB: 1},
                           input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                           dynamic_axes={INPUT_NAME: {0: "batch", 1: "sequence"},
                                         OUTPUT_NAME: {0: "batch", 1: "sequence"}})
@@ -237,16 +272,35 @@ def run_logits(sess: ort.InferenceSession, ids: np.ndarray | torch.Tensor) -> np
     return sess.run([OUTPUT_NAME], {INPUT_NAME: np.asarray(ids, dtype=np.int64)})[0]
 
 
+def bound_forward(sess: ort.InferenceSession, ids: np.ndarray) -> Callable[[], None]:
+    """A forward on fixed ids (B, T) whose logits land in a preallocated buffer (onnxruntime IOBinding), as
+    latency-critical callers run it. Timings of `sess.run` also count the allocation of a fresh logits
+    array each call: 2 MB at batch 1 x 128 x 4096, whose page faults cost 0-4 ms a call here, by the
+    state of the process heap, the same for every model, which blurs any ratio of latencies."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    vocab = run_logits(sess, ids[:, :1]).shape[-1]  # the graph may leave it symbolic
+    logits = np.empty((*ids.shape, vocab), dtype=np.float32)
+    binding = sess.io_binding()
+    binding.bind_cpu_input(INPUT_NAME, ids)
+    binding.bind_output(OUTPUT_NAME, "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
+
+    def forward() -> None:
+        sess.run_with_iobinding(binding)
+    forward.buffers = (ids, logits)  # the binding points into these: keep them alive with the closure
+    return forward
+
+
 def latency(sess: ort.InferenceSession, batch_size: int, seq_len: int, vocab_size: int, num_runs: int,
             warmup: int = 3, seed: int = 0) -> list[float]:
-    """Seconds of each of `num_runs` forwards on (batch_size, seq_len) random ids, after `warmup` runs."""
-    ids = np.random.default_rng(seed).integers(0, vocab_size, (batch_size, seq_len), dtype=np.int64)
+    """Seconds of each of `num_runs` forwards on (batch_size, seq_len) random ids, after `warmup` runs
+    (`bound_forward`: the model's time, not the logits allocation's)."""
+    forward = bound_forward(sess, np.random.default_rng(seed).integers(0, vocab_size, (batch_size, seq_len)))
     for _ in range(warmup):
-        run_logits(sess, ids)
+        forward()
     times = []
     for _ in range(num_runs):
         t0 = time.perf_counter()
-        run_logits(sess, ids)
+        forward()
         times.append(time.perf_counter() - t0)
     return times
 

@@ -88,10 +88,13 @@ PRESETS: dict[str, ModelConfig] = {
     # the demo's default, sized so that scoring the demo corpus on 2 CPU cores fits the time budget
     # (bench/perplexity.py measures it)
     "cpu_small": ModelConfig(dim=128, num_layers=4, num_heads=4, max_seq_len=256),
-    # the smallest size where the deployment chain pays on a 2-core CPU: int8 matmuls outweigh attention and
-    # per-node costs (bench/export.py trains it and measures issue 6's floors on it); ~12.6M parameters
-    # besides the embeddings, ~0.4 s per 8 x 256-token training step on 2 cores in bf16
+    # where the deployment chain starts to pay on a 2-core CPU: int8 matmuls outweigh attention and per-node
+    # costs; ~12.6M parameters besides the embeddings, ~0.4 s per 8 x 256-token training step on 2 cores in bf16
     "cpu_base": ModelConfig(dim=512, num_layers=4, num_heads=8, max_seq_len=256),
+    # the smallest size where INT8 reaches 0.4x the FP32 latency of the pruned model on a 2-core CPU (at
+    # cpu_base pruning leaves attention and per-node costs at ~30% of the FP32 matmul time, and INT8 stays
+    # near 0.55x); ~28M parameters besides the embeddings (bench/export.py --preset cpu_wide)
+    "cpu_wide": ModelConfig(dim=768, num_layers=4, num_heads=12, max_seq_len=256),
     # a bigger CPU/GPU model: ~13M parameters besides the embeddings
     "small_16m": ModelConfig(dim=384, num_layers=8, num_heads=6, max_seq_len=512),
     # GPT-2-small-sized: ~85M parameters besides the embeddings, ~110M with a 32k tied vocabulary

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from stages import export, prune, qat
-from stages.common.deploy import DeployLM, export_onnx, run_logits, session
+from stages.common.deploy import DeployLM, bound_forward, export_onnx, run_logits, session
 from stages.common.hf import write_hf_folder
 from stages.common.model import Transformer, preset
 from stages.common.pruning import magnitude_importance, select
@@ -31,12 +31,23 @@ def models() -> dict[str, Transformer]:
             "pruned_heads": prune_model(mha, select(magnitude_importance(mha), 48, 3)).eval()}
 
 
+def test_bound_forward_writes_the_logits_that_run_returns(tmp_path):
+    """Latency is timed on an IOBinding forward into a preallocated buffer: the same logits as sess.run."""
+    sess = session(export_onnx(DeployLM(models()["gqa_fused"]), tmp_path / "m.onnx", VOCAB), 1)
+    ids = np.random.default_rng(0).integers(0, VOCAB, (2, 9))
+    forward = bound_forward(sess, ids)
+    forward()
+    np.testing.assert_array_equal(forward.buffers[1], run_logits(sess, ids))
+
+
 @pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads", "gqa_fused"])
 def test_fp32_onnx_matches_torch(tmp_path, name):
     model = models()[name]
     path = export_onnx(DeployLM(model), tmp_path / "m.onnx", VOCAB)
     ops = [node.op_type for node in onnx.load(path).graph.node]
     assert ("GroupQueryAttention" in ops) == (model.config.head_dim % 16 == 0)
+    # every residual add fused with the RMSNorm after it (2 per layer; the first norm has no residual)
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * model.config.num_layers
     sess = session(path, 1)
     for shape in ((1, 64), (3, 17), (2, 1)):  # dynamic batch and sequence axes
         ids = torch.randint(0, VOCAB, shape)

@@ -75,6 +75,8 @@ def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp
     ops = collections.Counter(n.op_type for n in graph.node)
     assert ops["MatMulIntegerToFloat"] == 2 * 4  # per layer: qkv, wo, w1|w3, w2
     assert ops["GroupQueryAttention"] == (2 if dim == 64 else 0)
+    assert ops["SkipSimplifiedLayerNormalization"] == 2 * 2  # residual add + RMSNorm: one node
+    assert (ops["Add"] == 0) == (dim == 64)  # with fused attention, no Add is left
     assert ops["QGemm"] == 1  # the output projection, on the int8 embedding table itself
     int8_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.INT8)
     float_bytes = sum(numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT)
