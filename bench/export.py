@@ -15,8 +15,9 @@
 2. onnxruntime timing, `--threads` (2) intra-op threads for every model: batch 1 x 128 tokens latency and
    batch 8 x 128 throughput, logits written into a preallocated buffer (IOBinding, `bound_forward`: a
    fresh 2 MB logits array per `sess.run` costs 0-4 ms of page faults here, by the heap's state).
-   Models are timed in blocks (2 untimed runs, then 8 timed) taking turns for many rounds, so a busy neighbour slows all of them alike and no model pays for another's pool threads
-   still spinning; floors are judged on the medians (the minima are reported beside them).
+   Models are timed in blocks (2 untimed runs, then 8 timed) taking turns for many rounds, so a busy
+   neighbour slows all of them alike and no model pays for another's pool threads still spinning;
+   floors are judged on the medians (the minima are reported beside them).
 3. floors: INT8 file <= 30% of the FP32 file it came from; INT8 latency <= 0.4x FP32; INT8 validation
    perplexity <= 1.03x FP32 and <= PTQ; the 50%-MLP-width model >= 1.25x faster than the trained one with
    perplexity <= 1.10x (perplexities: onnxruntime, from the export stage's metrics).
@@ -102,7 +103,7 @@ def round_robin(paths: dict[str, Path], threads: int, batch: int, seq_len: int, 
     """Median and minimum seconds per model: `rounds` rounds, in each one block of runs per model in turn
     (2 untimed, then `block` timed: the untimed ones absorb the previous session's spinning threads)."""
     ids = np.random.default_rng(0).integers(0, vocab, (batch, seq_len), dtype=np.int64)
-    forwards = {name: bound_forward(session(p, threads), ids) for name, p in paths.items()}
+    forwards = {name: bound_forward(session(p, threads), ids, vocab) for name, p in paths.items()}
     times = collections.defaultdict(list)
     for _ in range(rounds):
         for name, forward in forwards.items():
@@ -121,7 +122,7 @@ def profile(path: Path, threads: int, seq_len: int, vocab: int, runs: int = 50) 
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(tempfile.gettempdir()) / "refinery_ort_profile")
     sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    forward = bound_forward(sess, np.random.default_rng(0).integers(0, vocab, (1, seq_len)))
+    forward = bound_forward(sess, np.random.default_rng(0).integers(0, vocab, (1, seq_len)), vocab)
     for _ in range(runs):
         forward()
     trace = sess.end_profiling()

@@ -272,14 +272,13 @@ def run_logits(sess: ort.InferenceSession, ids: np.ndarray | torch.Tensor) -> np
     return sess.run([OUTPUT_NAME], {INPUT_NAME: np.asarray(ids, dtype=np.int64)})[0]
 
 
-def bound_forward(sess: ort.InferenceSession, ids: np.ndarray) -> Callable[[], None]:
+def bound_forward(sess: ort.InferenceSession, ids: np.ndarray, vocab_size: int) -> Callable[[], None]:
     """A forward on fixed ids (B, T) whose logits land in a preallocated buffer (onnxruntime IOBinding), as
     latency-critical callers run it. Timings of `sess.run` also count the allocation of a fresh logits
     array each call: 2 MB at batch 1 x 128 x 4096, whose page faults cost 0-4 ms a call here, by the
     state of the process heap, the same for every model, which blurs any ratio of latencies."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
-    vocab = run_logits(sess, ids[:, :1]).shape[-1]  # the graph may leave it symbolic
-    logits = np.empty((*ids.shape, vocab), dtype=np.float32)
+    logits = np.empty((*ids.shape, vocab_size), dtype=np.float32)
     binding = sess.io_binding()
     binding.bind_cpu_input(INPUT_NAME, ids)
     binding.bind_output(OUTPUT_NAME, "cpu", 0, np.float32, list(logits.shape), logits.ctypes.data)
@@ -294,7 +293,8 @@ def latency(sess: ort.InferenceSession, batch_size: int, seq_len: int, vocab_siz
             warmup: int = 3, seed: int = 0) -> list[float]:
     """Seconds of each of `num_runs` forwards on (batch_size, seq_len) random ids, after `warmup` runs
     (`bound_forward`: the model's time, not the logits allocation's)."""
-    forward = bound_forward(sess, np.random.default_rng(seed).integers(0, vocab_size, (batch_size, seq_len)))
+    ids = np.random.default_rng(seed).integers(0, vocab_size, (batch_size, seq_len))
+    forward = bound_forward(sess, ids, vocab_size)
     for _ in range(warmup):
         forward()
     times = []

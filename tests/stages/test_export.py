@@ -35,7 +35,7 @@ def test_bound_forward_writes_the_logits_that_run_returns(tmp_path):
     """Latency is timed on an IOBinding forward into a preallocated buffer: the same logits as sess.run."""
     sess = session(export_onnx(DeployLM(models()["gqa_fused"]), tmp_path / "m.onnx", VOCAB), 1)
     ids = np.random.default_rng(0).integers(0, VOCAB, (2, 9))
-    forward = bound_forward(sess, ids)
+    forward = bound_forward(sess, ids, VOCAB)
     forward()
     np.testing.assert_array_equal(forward.buffers[1], run_logits(sess, ids))
 
