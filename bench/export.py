@@ -83,9 +83,11 @@ def run_stages(teacher: str, work: Path, threads: int, ort_threads: int) -> tupl
               for name, cls in (("prune", prune), ("qat", qat), ("export", export))}
     tokens = str(ROOT / params["prune"].tokens_dir)
     p = dataclasses.replace(params["prune"], teacher_dir=teacher, tokens_dir=tokens, out_dir=str(work / "pruned"),
-                            metrics_path=str(work / "prune.json"), num_threads=threads)
+                            metrics_path=str(work / "prune.json"), checkpoint_dir=str(work / "prune_checkpoints"),
+                            num_threads=threads, nproc_per_node=1)
     q = dataclasses.replace(params["qat"], model_dir=str(work / "pruned"), tokens_dir=tokens,
-                            out_dir=str(work / "qat"), metrics_path=str(work / "qat.json"), num_threads=threads)
+                            out_dir=str(work / "qat"), metrics_path=str(work / "qat.json"),
+                            checkpoint_dir=str(work / "qat_checkpoints"), num_threads=threads, nproc_per_node=1)
     e = dataclasses.replace(params["export"], teacher_dir=teacher, pruned_dir=str(work / "pruned"),
                             qat_dir=str(work / "qat"), tokenizer_dir=str(ROOT / params["export"].tokenizer_dir),
                             tokens_dir=tokens, out_dir=str(work / "export"), metrics_path=str(work / "export.json"),

@@ -2,13 +2,19 @@
 
 For each step of the schedule (fractions of the ORIGINAL MLP width and head count removed so far):
 1. score every MLP channel and attention head group of the current model on calibration batches
-   (`method`: magnitude, activation or gradient; stages.common.pruning);
+   (`method`: magnitude, activation or gradient; stages.common.pruning); rank 0 decides, every rank
+   applies the same choice;
 2. keep the top units of each layer (the same count in every layer) -> a physically smaller model;
-3. fine-tune it with distillation from the trained teacher (stages.common.distill: KL on softened logits
-   plus the LM loss);
+3. fine-tune it with distillation from the trained teacher (KL on softened logits plus the LM loss) in
+   the train stage's loop: `stages.common.distill.finetune` runs `stages.common.trainer.Trainer` with a
+   distillation loss, data-parallel over torchrun's processes, checkpointed under
+   `<checkpoint_dir>/step_<i>/` so a killed run resumes where it stopped;
 4. measure validation perplexity per tier before and after the fine-tune, and save the step.
 
-Outputs:
+`python -m stages.prune` (the dvc.yaml command) launches `torchrun` with `nproc_per_node` workers, as
+the train stage does (stages.common.cli).
+
+Outputs (rank 0):
 
     <out_dir>/step_<i>/model.safetensors   the model after step i (config in its metadata)
     <out_dir>/model.safetensors            the last step's model (what `qat` quantizes)
@@ -16,23 +22,33 @@ Outputs:
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
+import json
 import logging
+import shutil
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
+from stages.common import checkpoint, distill, pruning, trainer
 from stages.common.atomic import atomic_dir, write_json
+from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
-from stages.common.distill import DistillParams, distill
+from stages.common.distill import DistillParams, finetune
 from stages.common.evaluation import tier_perplexity, torch_token_nll
 from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
-from stages.common.pruning import METHODS, importance, prune, select, units_to_keep
+from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
+from stages.common.pruning import METHODS, Keep, importance, prune, select, units_to_keep
 from stages.common.shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
-from stages.common.training import resolve_device, resolve_precision, seed_everything
+from stages.common.training import resolve_precision, seed_everything
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -44,10 +60,14 @@ class Params:
     tokens_dir: str = "data/perplexity/tokens"  # {train,val}/{easy,medium,hard} token shards
     out_dir: str = "models/pruned"
     metrics_path: str = "metrics/prune.json"
+    checkpoint_dir: str = "models/prune_checkpoints"  # step_<i>/step_<n>/: each step's distillation checkpoints
     seed: int = 0
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     precision: str = "auto"  # distillation autocast: auto | fp32 | bf16 (evaluation is always fp32)
-    num_threads: int = 0  # torch CPU threads; 0 = torch's default
+    num_threads: int = 0  # torch CPU threads per process; 0 = cores / processes
+    nproc_per_node: int = 1  # data-parallel processes torchrun starts (the student replicated by DDP)
+    max_restarts: int = 2  # torchrun restarts the workers after a failure; they resume from the last checkpoint
+    progress_bar: bool = True
     method: str = "activation"  # magnitude | activation | gradient (each combined with weight magnitude)
     calibration_batches: int = 8  # training windows (batch_size x max_seq_len) used to score units
     mlp_schedule: tuple[float, ...] = (0.25, 0.5, 0.5)  # share of the original MLP width removed after each step
@@ -55,8 +75,11 @@ class Params:
     channel_multiple: int = 16  # kept MLP widths are multiples of this
     val_batches: int = 0  # validation batches per tier (0 = every window)
     distill: DistillParams = field(default_factory=DistillParams)
+    checkpoint: CheckpointParams = field(default_factory=lambda: CheckpointParams(every=20))
 
     def __post_init__(self) -> None:
+        if self.nproc_per_node < 1 or self.max_restarts < 0:
+            raise ValueError("param 'prune.nproc_per_node' must be >= 1 and 'prune.max_restarts' >= 0")
         if self.method not in METHODS:
             raise ValueError(f"param 'prune.method' must be one of {METHODS}, got {self.method!r}")
         if not self.mlp_schedule or len(self.mlp_schedule) != len(self.head_schedule):
@@ -83,29 +106,66 @@ def val_perplexity(model: Transformer, tokens_dir: str, batch_size: int, max_bat
                            model.config.max_seq_len, batch_size, max_batches)
 
 
-def run(params: Params) -> dict[str, Any]:
+# Params that do not change the pruned weights: checkpoints written under other values still resume.
+NOT_FINGERPRINTED = {"teacher_dir", "tokens_dir", "out_dir", "metrics_path", "checkpoint_dir", "device", "num_threads",
+                     "nproc_per_node", "max_restarts", "progress_bar", "val_batches", "checkpoint"}
+
+
+def fingerprint(params: Params, teacher_file: Path) -> str:
+    """The run's identity: the shaping params, the teacher's and the token shards' contents, the code."""
+    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
+    data = {"teacher": checkpoint.file_digest(teacher_file),
+            "tokens": json.loads((Path(params.tokens_dir) / "manifest.json").read_text())}
+    return checkpoint.fingerprint({"params": shaping, "data": data},
+                                  (sys.modules[__name__], distill, pruning, trainer, checkpoint))
+
+
+def _broadcast_keep(keep: Keep) -> Keep:
+    """Rank 0's choice of units on every rank (scores could differ in the last bits between processes)."""
+    if dist.is_initialized():
+        for index in (*keep.mlp, *keep.groups):
+            dist.broadcast(index, src=0)
+    return keep
+
+
+def run(params: Params) -> dict[str, Any] | None:
+    """Prune on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     start = time.perf_counter()
-    if params.num_threads:
-        torch.set_num_threads(params.num_threads)
-    device = resolve_device(params.device)
+    env = init_distributed(params.device)
+    set_cpu_threads(env, params.num_threads)
+    device = env.device
     precision = resolve_precision(params.precision, device)
     seed_everything(params.seed)
-    teacher = load_checkpoint(f"{params.teacher_dir}/{CHECKPOINT_NAME}", device).eval()
+    teacher_file = Path(params.teacher_dir) / CHECKPOINT_NAME
+    teacher = load_checkpoint(teacher_file, device).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     cfg = teacher.config
     seq_len = params.distill.seq_len or cfg.max_seq_len
     dp = params.distill
+    run_id = fingerprint(params, teacher_file)
+    root = Path(params.checkpoint_dir)
+    if env.is_main:  # steps beyond the schedule belong to an older configuration
+        for old in (root.glob("step_*") if root.is_dir() else ()):
+            if not old.name.removeprefix("step_").isdigit() or int(old.name.removeprefix("step_")) > len(
+                    params.mlp_schedule):
+                shutil.rmtree(old)
+
+    def evaluate(model: Transformer) -> dict[str, float]:
+        with main_rank_cores(env):
+            return val_perplexity(model, params.tokens_dir, dp.batch_size, params.val_batches, device)
+
     metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
-                               "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision}
-    for tier, ppl in val_perplexity(teacher, params.tokens_dir, dp.batch_size, params.val_batches, device).items():
-        metrics[f"teacher.val_ppl.{tier}"] = ppl
+                               "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
+                               "num_processes": env.world_size}
+    if env.is_main:
+        metrics.update({f"teacher.val_ppl.{tier}": ppl for tier, ppl in evaluate(teacher).items()})
     calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, dp.batch_size, 1, params.seed + 1)
 
     student = copy.deepcopy(teacher)
     for p in student.parameters():
         p.requires_grad_(True)
-    with atomic_dir(params.out_dir) as out:
+    with atomic_dir(params.out_dir) if env.is_main else contextlib.nullcontext() as out:
         for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
             t0 = time.perf_counter()
             windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(device)
@@ -113,16 +173,16 @@ def run(params: Params) -> dict[str, Any]:
             scores = importance(student, params.method, windows)
             num_mlp = units_to_keep(cfg.hidden_dim, mlp_frac, params.channel_multiple)
             num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
-            student = prune(student, select(scores, num_mlp, num_groups)).to(device)
-            before = val_perplexity(student, params.tokens_dir, dp.batch_size, params.val_batches, device)
+            student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(device)
+            before = evaluate(student) if env.is_main else {}
             sampler = tier_sampler(params.tokens_dir, seq_len, dp.batch_size, dp.steps, params.seed + 100 * i)
-
-            def next_batch(step: int, sampler: TierSampler = sampler) -> tuple[torch.Tensor, torch.Tensor]:
-                batch = sampler.batch(step)
-                return batch.inputs, batch.targets
-
-            history = distill(student, teacher, next_batch, dp, precision, device, desc=f"prune step {i}")
-            after = val_perplexity(student, params.tokens_dir, dp.batch_size, params.val_batches, device)
+            history, resumed = finetune(student, teacher, sampler, dp, env, precision, root / f"step_{i}",
+                                        f"{run_id}-step{i}", params.checkpoint, student.flops_per_token(seq_len),
+                                        desc=f"prune step {i}", progress_bar=params.progress_bar)
+            barrier()
+            if not env.is_main:
+                continue
+            after = evaluate(student)
             save_checkpoint(student, out / f"step_{i}" / CHECKPOINT_NAME)
             prefix = f"step_{i}."
             metrics.update({
@@ -133,23 +193,31 @@ def run(params: Params) -> dict[str, Any]:
                 **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
                 **{f"{prefix}val_ppl.{t}": v for t, v in after.items()},
                 prefix + "val_ppl_ratio": round(after["all"] / metrics["teacher.val_ppl.all"], 4),
-                prefix + "kl_first": round(float(np.mean([h.kl for h in history[:5]])), 4) if history else 0.0,
-                prefix + "kl_last": round(float(np.mean([h.kl for h in history[-5:]])), 4) if history else 0.0,
+                prefix + "kl_first": round(float(np.mean([h["kl"] for h in history[:5]])), 4) if history else 0.0,
+                prefix + "kl_last": round(float(np.mean([h["kl"] for h in history[-5:]])), 4) if history else 0.0,
+                prefix + "resumed_from_step": resumed if resumed is not None else -1,
                 prefix + "seconds": round(time.perf_counter() - t0, 3),
             })
             log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
                      student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6,
                      before["all"], after["all"], metrics["teacher.val_ppl.all"])
-        save_checkpoint(student, out / CHECKPOINT_NAME)
-    metrics["num_steps"] = len(params.mlp_schedule)
-    metrics["tiers"] = ",".join(TIERS)
-    metrics["seconds"] = round(time.perf_counter() - start, 3)
-    write_json(params.metrics_path, metrics)
-    return metrics
+        if env.is_main:
+            save_checkpoint(student, out / CHECKPOINT_NAME)
+    result = None
+    if env.is_main:
+        metrics["num_steps"] = len(params.mlp_schedule)
+        metrics["tiers"] = ",".join(TIERS)
+        metrics["seconds"] = round(time.perf_counter() - start, 3)
+        write_json(params.metrics_path, metrics)
+        result = metrics
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv)
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=lambda p: (p.nproc_per_node, p.max_restarts))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,16 @@ quantization-aware training (QAT) distilled from the FP32 model.
    the PTQ model;
 3. QAT: from the PTQ model, fine-tune the weights through the fake quantizers (straight-through
    gradients; activation scales stay frozen, weight scales follow the weights) with distillation from
-   the FP32 model;
+   the FP32 model, in the train stage's loop (`stages.common.distill.finetune`: the trainer with a
+   distillation loss, data-parallel over torchrun's processes, checkpointed under `checkpoint_dir` so
+   a killed run resumes);
 4. validation perplexity per tier of FP32, PTQ and QAT (torch, fake-quantized: the same numbers the
    INT8 ONNX graph computes up to rounding; `export` measures the ONNX models themselves).
 
-Outputs (each model = a normal checkpoint + its frozen quantizer state):
+`python -m stages.qat` (the dvc.yaml command) launches `torchrun` with `nproc_per_node` workers, as
+the train stage does (stages.common.cli). QAT runs on CPU in fp32.
+
+Outputs (rank 0; each model = a normal checkpoint + its frozen quantizer state):
 
     <out_dir>/qat/model.safetensors, quant.safetensors
     <out_dir>/ptq/model.safetensors, quant.safetensors
@@ -20,20 +25,28 @@ Outputs (each model = a normal checkpoint + its frozen quantizer state):
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
+from stages.common import checkpoint, deploy, distill, quant, trainer
 from stages.common.atomic import atomic_dir, write_json
+from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
 from stages.common.deploy import DeployLM
-from stages.common.distill import DistillOptim, DistillParams, distill
+from stages.common.distill import DistillOptim, DistillParams, finetune
 from stages.common.evaluation import tier_perplexity, torch_token_nll
 from stages.common.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
 from stages.common.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
 from stages.common.shards import TierMix, TierRatios, TierSampler, open_tiers
 from stages.common.training import seed_everything
@@ -55,14 +68,21 @@ class Params:
     tokens_dir: str = "data/perplexity/tokens"
     out_dir: str = "models/qat"
     metrics_path: str = "metrics/qat.json"
+    checkpoint_dir: str = "models/qat_checkpoints"  # step_<n>/: the QAT fine-tune's checkpoints
     seed: int = 0
-    num_threads: int = 0  # torch CPU threads; 0 = torch's default (QAT runs on CPU in fp32)
+    num_threads: int = 0  # torch CPU threads per process; 0 = cores / processes (QAT runs on CPU in fp32)
+    nproc_per_node: int = 1  # data-parallel processes torchrun starts (the student replicated by DDP)
+    max_restarts: int = 2  # torchrun restarts the workers after a failure; they resume from the last checkpoint
+    progress_bar: bool = True
     calibration_batches: int = 8  # training windows (distill.batch_size x max_seq_len) seen by the observers
     val_batches: int = 0  # validation batches per tier (0 = every window)
     scheme: QuantScheme = field(default_factory=QuantScheme)
     distill: DistillParams = field(default_factory=_qat_distill)
+    checkpoint: CheckpointParams = field(default_factory=lambda: CheckpointParams(every=20))
 
     def __post_init__(self) -> None:
+        if self.nproc_per_node < 1 or self.max_restarts < 0:
+            raise ValueError("param 'qat.nproc_per_node' must be >= 1 and 'qat.max_restarts' >= 0")
         if self.calibration_batches < 1 or self.val_batches < 0 or self.num_threads < 0:
             raise ValueError("param 'qat.calibration_batches' must be >= 1, '.val_batches' and '.num_threads' >= 0")
 
@@ -81,65 +101,88 @@ def calibrate(model: DeployLM, batches: list[torch.Tensor]) -> None:
     freeze(model)
 
 
-def run(params: Params) -> dict[str, Any]:
+# Params that do not change the QAT weights: checkpoints written under other values still resume.
+NOT_FINGERPRINTED = {"model_dir", "tokens_dir", "out_dir", "metrics_path", "checkpoint_dir", "num_threads",
+                     "nproc_per_node", "max_restarts", "progress_bar", "val_batches", "checkpoint"}
+
+
+def fingerprint(params: Params, model_file: Path) -> str:
+    """The run's identity: the shaping params, the FP32 model's and the token shards' contents, the code."""
+    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
+    data = {"model": checkpoint.file_digest(model_file),
+            "tokens": json.loads((Path(params.tokens_dir) / "manifest.json").read_text())}
+    return checkpoint.fingerprint({"params": shaping, "data": data},
+                                  (sys.modules[__name__], deploy, quant, distill, trainer, checkpoint))
+
+
+def run(params: Params) -> dict[str, Any] | None:
+    """Quantize on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     start = time.perf_counter()
-    if params.num_threads:
-        torch.set_num_threads(params.num_threads)
+    env = init_distributed("cpu")
+    set_cpu_threads(env, params.num_threads)
     seed_everything(params.seed)
-    fp32 = load_checkpoint(f"{params.model_dir}/{CHECKPOINT_NAME}").eval()
+    model_file = Path(params.model_dir) / CHECKPOINT_NAME
+    fp32 = load_checkpoint(model_file).eval()
     for p in fp32.parameters():
         p.requires_grad_(False)
     cfg, dp = fp32.config, params.distill
     seq_len = dp.seq_len or cfg.max_seq_len
 
     def perplexity(model: torch.nn.Module) -> dict[str, float]:
-        return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
-                               dp.batch_size, params.val_batches)
+        with main_rank_cores(env):
+            return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
+                                   dp.batch_size, params.val_batches)
 
-    metrics: dict[str, Any] = {"num_params": fp32.num_params(), **{f"fp32.val_ppl.{k}": v
-                                                                   for k, v in perplexity(fp32).items()}}
+    metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
+    if env.is_main:
+        metrics.update({f"fp32.val_ppl.{k}": v for k, v in perplexity(fp32).items()})
     calibration = sampler(params.tokens_dir, cfg.max_seq_len, dp.batch_size, 1, params.seed + 1)
     batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
 
     t0 = time.perf_counter()
     ptq = DeployLM(copy.deepcopy(fp32), params.scheme)
-    calibrate(ptq, batches)
+    calibrate(ptq, batches)  # every rank: the same batches give the same ranges (DDP also syncs rank 0's)
     metrics["ptq.seconds"] = round(time.perf_counter() - t0, 3)
-    metrics.update({f"ptq.val_ppl.{k}": v for k, v in perplexity(ptq).items()})
+    if env.is_main:
+        metrics.update({f"ptq.val_ppl.{k}": v for k, v in perplexity(ptq).items()})
 
     t0 = time.perf_counter()
     qat = copy.deepcopy(ptq)
     for p in qat.parameters():
         p.requires_grad_(True)
     train = sampler(params.tokens_dir, seq_len, dp.batch_size, dp.steps, params.seed + 2)
-
-    def next_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = train.batch(step)
-        return batch.inputs, batch.targets
-
     # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
-    history = distill(qat, fp32, next_batch, dp, "fp32", torch.device("cpu"), desc="qat")
-    metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
-    metrics.update({f"qat.val_ppl.{k}": v for k, v in perplexity(qat).items()})
-    if history:
-        metrics["qat.kl_first"] = round(float(np.mean([h.kl for h in history[:5]])), 4)
-        metrics["qat.kl_last"] = round(float(np.mean([h.kl for h in history[-5:]])), 4)
-    for name in ("ptq", "qat"):
-        metrics[f"{name}.val_ppl_ratio"] = round(metrics[f"{name}.val_ppl.all"] / metrics["fp32.val_ppl.all"], 4)
-
-    with atomic_dir(params.out_dir) as out:
-        for name, model in (("ptq", ptq), ("qat", qat)):
-            save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
-            save_quant_state(model, params.scheme, out / name / QUANT_NAME)
-    metrics["seconds"] = round(time.perf_counter() - start, 3)
-    write_json(params.metrics_path, metrics)
-    log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f", metrics["fp32.val_ppl.all"], metrics["ptq.val_ppl.all"],
-             metrics["qat.val_ppl.all"])
-    return metrics
+    history, resumed = finetune(qat, fp32, train, dp, env, "fp32", Path(params.checkpoint_dir),
+                                fingerprint(params, model_file), params.checkpoint, fp32.flops_per_token(seq_len),
+                                desc="qat", progress_bar=params.progress_bar)
+    barrier()
+    result = None
+    if env.is_main:
+        metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
+        metrics["qat.resumed_from_step"] = resumed if resumed is not None else -1
+        metrics.update({f"qat.val_ppl.{k}": v for k, v in perplexity(qat).items()})
+        if history:
+            metrics["qat.kl_first"] = round(float(np.mean([h["kl"] for h in history[:5]])), 4)
+            metrics["qat.kl_last"] = round(float(np.mean([h["kl"] for h in history[-5:]])), 4)
+        for name in ("ptq", "qat"):
+            metrics[f"{name}.val_ppl_ratio"] = round(metrics[f"{name}.val_ppl.all"] / metrics["fp32.val_ppl.all"], 4)
+        with atomic_dir(params.out_dir) as out:
+            for name, model in (("ptq", ptq), ("qat", qat)):
+                save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
+                save_quant_state(model, params.scheme, out / name / QUANT_NAME)
+        metrics["seconds"] = round(time.perf_counter() - start, 3)
+        write_json(params.metrics_path, metrics)
+        log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f", metrics["fp32.val_ppl.all"],
+                 metrics["ptq.val_ppl.all"], metrics["qat.val_ppl.all"])
+        result = metrics
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv)
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=lambda p: (p.nproc_per_node, p.max_restarts))
 
 
 if __name__ == "__main__":

@@ -20,23 +20,17 @@ are cleared rather than resumed.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from stages.common import checkpoint
@@ -46,9 +40,11 @@ from stages.common import shards as shards_module
 from stages.common import trainer as trainer_module
 from stages.common import training as training_module
 from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.checkpoint import CheckpointParams
+from stages.common.cli import stage_main
 from stages.common.model import CHECKPOINT_NAME, Transformer, preset
-from stages.common.params import load_section
-from stages.common.parallel import ParallelParams, build_mesh, init_distributed, parallelize, pipeline_loss
+from stages.common.parallel import (ParallelParams, build_mesh, init_distributed, parallelize, pipeline_loss,
+                                    set_cpu_threads)
 from stages.common.shards import TIERS, TierMix, TierSampler, open_tiers
 from stages.common.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
 from stages.common.training import OptimParams, configure_optimizer, resolve_precision, seed_everything
@@ -60,16 +56,6 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 NOT_FINGERPRINTED = {"model_dir", "checkpoint_dir", "metrics_path", "steps_path", "val_path", "device", "num_threads",
                      "nproc_per_node", "max_restarts", "checkpoint", "eval", "log_every", "progress_bar", "peak_flops",
                      "max_bad_steps"}
-
-
-@dataclass(frozen=True)
-class CheckpointParams:
-    every: int = 100  # steps between checkpoints (and one at the end); 0 = only at the end
-    keep: int = 2  # newest checkpoints kept
-
-    def __post_init__(self) -> None:
-        if self.every < 0 or self.keep < 1:
-            raise ValueError(f"params 'train.checkpoint': every must be >= 0 and keep >= 1, got {self}")
 
 
 @dataclass(frozen=True)
@@ -131,30 +117,13 @@ class Params:
 
 def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
     """Digest of everything that shapes the trained weights: the params (but paths, devices, cadence),
-    the token shards' manifest and the training code itself (so that after a code change, which DVC
-    reruns the stage for, a finished checkpoint of the old code is not resumed)."""
+    the token shards' manifest and the training code itself."""
     shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
     shaping["parallel"] = {k: v for k, v in shaping["parallel"].items()
                            if k not in ("compile", "activation_checkpointing")}
-    code = {Path(m.__file__).name: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest()
-            for m in (sys.modules[__name__], trainer_module, parallel_module, checkpoint, model_module,
-                      shards_module, training_module)}
-    text = json.dumps({"params": shaping, "data": manifest, "code": code}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# ---- the launcher ------------------------------------------------------------------------------------
-def torchrun_argv(params: Params, params_path: str) -> list[str]:
-    """torchrun's command as an argument list (no shell): one node, the process count from params."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc-per-node={params.num_processes}", f"--max-restarts={params.max_restarts}",
-            "-m", "stages.train", "--params", params_path]
-
-
-def launch(params: Params, params_path: str) -> int:
-    argv = torchrun_argv(params, params_path)
-    log.info("launching %s", " ".join(argv))
-    return subprocess.run(argv, check=False).returncode
+    return checkpoint.fingerprint({"params": shaping, "data": manifest},
+                                  (sys.modules[__name__], trainer_module, parallel_module, checkpoint, model_module,
+                                   shards_module, training_module))
 
 
 # ---- one worker --------------------------------------------------------------------------------------
@@ -162,8 +131,7 @@ def run(params: Params) -> dict[str, Any] | None:
     """Train on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     started = time.perf_counter()
     env = init_distributed(params.device)
-    if env.device.type == "cpu":
-        torch.set_num_threads(params.num_threads or max(1, (os.cpu_count() or 1) // env.local_world_size))
+    set_cpu_threads(env, params.num_threads)
     precision = resolve_precision("auto", env.device) if params.precision == "auto" else params.precision
     manifest = json.loads((Path(params.tokens_dir) / "manifest.json").read_text())
     overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
@@ -192,7 +160,10 @@ def run(params: Params) -> dict[str, Any] | None:
 
     root = Path(params.checkpoint_dir)
     run_id = fingerprint(params, manifest)
-    resumed_from = _resume(root, run_id, trainer, parts, optimizer, env.is_main)
+    state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
+    if state is not None:
+        trainer.load_state_dict(state)
+    resumed_from = trainer.step if state is not None else None
 
     def save_checkpoint() -> None:
         checkpoint.save(root, trainer.step, parts.module, optimizer, {**trainer.state_dict(), "fingerprint": run_id},
@@ -217,26 +188,6 @@ def run(params: Params) -> dict[str, Any] | None:
         dist.barrier()
         dist.destroy_process_group()
     return metrics
-
-
-def _resume(root: Path, run_id: str, trainer: Trainer, parts, optimizer, is_main: bool) -> int | None:
-    latest = checkpoint.newest_valid(root)
-    if latest is not None:
-        saved_id = json.loads((latest / checkpoint.TRAIN_STATE).read_text()).get("fingerprint")
-        if saved_id == run_id:
-            trainer.load_state_dict(checkpoint.load(latest, parts.module, optimizer))
-            if is_main:
-                log.info("resumed from %s (step %d)", latest, trainer.step)
-            return trainer.step
-        if is_main:
-            log.warning("checkpoints in %s belong to another configuration or code (%s, now %s): starting afresh",
-                        root, saved_id, run_id)
-    if is_main and root.exists():
-        for old in checkpoint.list_checkpoints(root):
-            shutil.rmtree(old)
-    if dist.is_initialized():
-        dist.barrier()
-    return None
 
 
 # ---- outputs -----------------------------------------------------------------------------------------
@@ -283,16 +234,7 @@ def write_outputs(trainer: Trainer, params: Params, metrics: dict[str, Any]) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.train", description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="params.yaml", help="params file (section `train`)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s [rank {os.environ.get('RANK', 0)}] %(name)s %(levelname)s %(message)s")
-    params = load_section(STAGE, Params, args.params)
-    if "LOCAL_RANK" in os.environ:  # a torchrun worker
-        run(params)
-    else:
-        sys.exit(launch(params, args.params))
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=lambda p: (p.num_processes, p.max_restarts))
 
 
 if __name__ == "__main__":

@@ -13,15 +13,23 @@ All ranks write into `.step_<n>.tmp`; after a barrier rank 0 writes the manifest
 renames the folder into place, so a crash at any point leaves either the complete checkpoint or none.
 On resume the newest checkpoint whose files all match the manifest is used; a damaged or incomplete
 one is logged and skipped. No pickle anywhere: DCP stores tensors, the rest is JSON and safetensors.
+
+Every checkpoint carries its run's fingerprint (`fingerprint`: the params that shape the weights, the
+input data, the code); `resume` continues only a run with the same fingerprint and clears the others.
+The train, prune and qat stages all checkpoint and resume through this module.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 import shutil
 import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -43,6 +51,25 @@ TRAIN_STATE = "train_state.json"
 
 # DCP warns that it "assumes a single process" whenever no process group exists: that is the intent here.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+@dataclass(frozen=True)
+class CheckpointParams:
+    every: int = 100  # steps between checkpoints (and one at the end); 0 = only at the end
+    keep: int = 2  # newest checkpoints kept
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.keep < 1:
+            raise ValueError(f"params '*.checkpoint': every must be >= 0 and keep >= 1, got {self}")
+
+
+def fingerprint(shaping: Any, code: Iterable[ModuleType]) -> str:
+    """Digest of a run's identity: `shaping` (JSON-able: the params that change the weights, the input
+    data's manifest or digest) and the source of the `code` modules (so that after a code change, which
+    DVC reruns a stage for, a checkpoint of the old code is not resumed)."""
+    sources = {Path(m.__file__).name: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest() for m in code}
+    text = json.dumps({"params": shaping, "code": sources}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _barrier() -> None:
@@ -150,6 +177,28 @@ def load(path: Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> dic
     else:
         log.warning("%s: no RNG state for rank %d (saved with fewer ranks); RNG not restored", path, _rank())
     return json.loads((path / TRAIN_STATE).read_text())
+
+
+def resume(root: Path, run_id: str, module: nn.Module, optimizer: torch.optim.Optimizer,
+           is_main: bool) -> dict[str, Any] | None:
+    """Collective. Load the newest valid checkpoint under `root` if it belongs to run `run_id` and return
+    its train state; otherwise clear `root`'s checkpoints (another configuration or code) and return None."""
+    latest = newest_valid(root)
+    if latest is not None:
+        saved_id = json.loads((latest / TRAIN_STATE).read_text()).get("fingerprint")
+        if saved_id == run_id:
+            state = load(latest, module, optimizer)
+            if is_main:
+                log.info("resumed from %s (step %d)", latest, state["step"])
+            return state
+        if is_main:
+            log.warning("checkpoints in %s belong to another configuration or code (%s, now %s): starting afresh",
+                        root, saved_id, run_id)
+    if is_main and root.exists():
+        for old in list_checkpoints(root):
+            shutil.rmtree(old)
+    _barrier()
+    return None
 
 
 def consolidate(path: Path, config: ModelConfig, out_file: Path) -> Transformer:

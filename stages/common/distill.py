@@ -2,26 +2,31 @@
 
 loss = kd_weight * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + lm_weight * CE(student, targets)
 
-(Hinton et al.: the T^2 keeps the soft term's gradient scale independent of T.) Single process, built from
-the pieces of `stages.common.training` (optimizer groups, warmup + cosine, autocast, clipping), so the
-distributed train launcher can wrap `distill_step` the way it wraps `train_step`. The student is any
-module mapping ids (B, T) to logits (B, T, V): a pruned `Transformer`, or the fake-quantized model
-of `stages.common.deploy` during quantization-aware training.
+(Hinton et al.: the T^2 keeps the soft term's gradient scale independent of T.) The fine-tune is the
+train stage's own loop (`stages.common.trainer.Trainer`, with `DistillLoss` as its loss): the same
+optimizer groups, warmup + cosine, autocast and loss scaling, clipping, non-finite guard, data-parallel
+processes under torchrun (the student replicated by DDP: `stages.common.parallel.replicate`) and
+resumable checkpoints (`stages.common.checkpoint`). The student is any module mapping ids (B, T) to
+logits (B, T, V): a pruned `Transformer`, or the fake-quantized model of `stages.common.deploy` during
+quantization-aware training.
 """
 from __future__ import annotations
 
 import logging
-import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
-from stages.common.training import OptimParams, autocast, configure_optimizer, make_scheduler
+from stages.common import checkpoint
+from stages.common.checkpoint import CheckpointParams
+from stages.common.parallel import DistEnv, replicate
+from stages.common.shards import TierSampler
+from stages.common.trainer import DynamicClip, LossScaler, TrainConfig, Trainer
+from stages.common.training import OptimParams, configure_optimizer
 
 log = logging.getLogger("refinery.distill")
 
@@ -51,16 +56,6 @@ class DistillParams:
             raise ValueError(f"distillation: temperature > 0 and non-negative weights with a positive sum (got {self})")
 
 
-@dataclass
-class DistillStats:
-    step: int
-    loss: float
-    kl: float
-    ce: float
-    lr: float
-    seconds: float
-
-
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
                  temperature: float, kd_weight: float, lm_weight: float
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -74,43 +69,54 @@ def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tar
     return kd_weight * temperature ** 2 * kl + lm_weight * ce, kl, ce
 
 
-def distill_step(student: nn.Module, teacher: nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler: torch.optim.lr_scheduler.LRScheduler, inputs: torch.Tensor, targets: torch.Tensor,
-                 p: DistillParams, precision: str) -> tuple[float, float, float]:
-    """One optimiser step; returns (loss, KL, CE) before the step."""
-    with torch.no_grad(), autocast(precision, inputs.device):
-        teacher_logits = teacher(inputs)
-    with autocast(precision, inputs.device):
-        student_logits = student(inputs)
-    loss, kl, ce = distill_loss(student_logits, teacher_logits, targets, p.temperature, p.kd_weight, p.lm_weight)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(student.parameters(), p.optim.grad_clip if p.optim.grad_clip > 0 else math.inf)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    scheduler.step()
-    return loss.item(), kl.item(), ce.item()
+class DistillLoss:
+    """The trainer's loss for a student (the module it is called with) against a frozen `teacher`."""
+
+    def __init__(self, teacher: nn.Module, p: DistillParams) -> None:
+        self.teacher, self.p = teacher.eval(), p
+
+    def __call__(self, module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with torch.no_grad():
+            teacher_logits = self.teacher(inputs)
+        loss, kl, ce = distill_loss(module(inputs), teacher_logits, targets, self.p.temperature, self.p.kd_weight,
+                                    self.p.lm_weight)
+        return loss, {"kl": kl.detach(), "ce": ce.detach()}
 
 
-def distill(student: nn.Module, teacher: nn.Module, next_batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
-            p: DistillParams, precision: str, device: torch.device, desc: str = "distill") -> list[DistillStats]:
-    """Fine-tune `student` for `p.steps` steps on `next_batch(step) -> (inputs, targets)`."""
+def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: DistillParams, env: DistEnv,
+             precision: str, root: Path, run_id: str, ckpt: CheckpointParams, flops_per_token: float,
+             desc: str = "distill", progress_bar: bool = True) -> tuple[list[dict[str, Any]], int | None]:
+    """Distil `teacher` into `student` (in place) for `p.steps` steps of `sampler`'s global batches
+    (`p.batch_size` sequences, split over the data-parallel processes), checkpointing under `root` every
+    `ckpt.every` steps and at the end. A run with the same `run_id` resumes from its newest valid
+    checkpoint (a finished one trains nothing). Collective under torchrun.
+
+    Returns the trainer's rows (one per step: loss, kl, ce, lr, grad_norm, ...) and the step it resumed
+    from (None for a fresh start)."""
+    if p.steps == 0:
+        return [], None
+    if p.batch_size % env.world_size:
+        raise ValueError(f"distillation batch_size {p.batch_size} must be a multiple of the {env.world_size} "
+                         "data-parallel processes")
     teacher.eval()
     student.train()
-    optimizer = configure_optimizer(student, p.optim, device)
-    scheduler = make_scheduler(optimizer, p.optim, max(1, p.steps))
-    history: list[DistillStats] = []
-    with tqdm(total=p.steps, desc=desc, unit="step", mininterval=2.0) as bar:
-        for step in range(p.steps):
-            t0 = time.perf_counter()
-            inputs, targets = (t.to(device) for t in next_batch(step))
-            lr = optimizer.param_groups[0]["lr"]
-            loss, kl, ce = distill_step(student, teacher, optimizer, scheduler, inputs, targets, p, precision)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"{desc}: loss is {loss} at step {step}")
-            history.append(DistillStats(step, loss, kl, ce, lr, time.perf_counter() - t0))
-            bar.update()
-            if step % 50 == 0 or step == p.steps - 1:
-                bar.set_postfix(kl=f"{kl:.3f}", ce=f"{ce:.3f}")
-                log.info("%s step %d/%d loss %.4f kl %.4f ce %.4f lr %.2e", desc, step, p.steps, loss, kl, ce, lr)
+    parts = replicate(student, env)
+    optimizer = configure_optimizer(parts.module, p.optim, env.device)
+    cfg = TrainConfig(max_steps=p.steps, micro_batch_size=p.batch_size // env.world_size,
+                      gradient_accumulation_steps=1, seq_len=sampler.seq_len, precision=precision, optim=p.optim,
+                      dynamic_clip=DynamicClip(enabled=False), eval_windows=0)
+    trainer = Trainer(parts, optimizer, sampler, cfg, env.device, flops_per_token, LossScaler(precision == "fp16"),
+                      DistillLoss(teacher, p))
+    state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
+    if state is not None:
+        trainer.load_state_dict(state)
+
+    def save() -> None:
+        checkpoint.save(root, trainer.step, parts.module, optimizer, {**trainer.state_dict(), "fingerprint": run_id},
+                        ckpt.keep)
+
+    trainer.fit({}, 0, ckpt.every, save, log_every=max(1, p.steps // 10), is_main=env.is_main,
+                progress_bar=progress_bar, desc=desc)
     student.eval()
-    return history
+    return trainer.history, state["step"] if state is not None else None

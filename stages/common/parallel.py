@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -129,6 +131,12 @@ def init_distributed(device: str) -> DistEnv:
         dist.init_process_group("nccl" if want_cuda else "gloo", store=_attempt_store(rank, world), rank=rank,
                                 world_size=world, device_id=dev if want_cuda else None)
     return DistEnv(rank, world, local_rank, local_world, dev)
+
+
+def set_cpu_threads(env: DistEnv, num_threads: int = 0) -> None:
+    """torch's CPU threads per process: `num_threads`, or (0) the cores shared among the local processes."""
+    if env.device.type == "cpu":
+        torch.set_num_threads(num_threads or max(1, (os.cpu_count() or 1) // env.local_world_size))
 
 
 def _attempt_store(rank: int, world: int) -> dist.Store:
@@ -319,6 +327,35 @@ def parallelize(model: Transformer, mesh: dist.DeviceMesh | None, p: ParallelPar
         if tied_param is None:
             tied_group = None  # a middle stage holds neither copy
     return Parallelized(module, schedule, mesh, pp_rank == pp_size - 1, tied_group, tied_param)
+
+
+def replicate(module: nn.Module, env: DistEnv) -> Parallelized:
+    """`module` whole on every process, gradients averaged by DDP: the layout of the distillation
+    fine-tunes (prune, qat), whose loss needs the student's full logits next to a frozen teacher that is
+    replicated anyway. One process: the module itself."""
+    if env.world_size == 1:
+        return Parallelized(module, None, None, True, None, None)
+    p = ParallelParams(data_parallel_size=env.world_size)
+    mesh = build_mesh(env, p)
+    return Parallelized(_data_parallel(module, [], p, mesh["dp"], env.device), None, mesh, True, None, None)
+
+
+@contextmanager
+def main_rank_cores(env: DistEnv) -> Iterator[None]:
+    """For work only rank 0 does while the other local ranks wait (evaluation, writing outputs): rank 0
+    gets the torch threads of every local rank for the duration."""
+    before = torch.get_num_threads()
+    if env.is_main and env.device.type == "cpu" and env.local_world_size > 1:
+        torch.set_num_threads(before * env.local_world_size)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
 
 
 def _local_transforms(module: nn.Module, blocks: list[nn.Module], p: ParallelParams) -> nn.Module:

@@ -5,7 +5,9 @@ guard, per-tier validation and resumable state.
 `Trainer` drives a `Parallelized` model (stages.common.parallel) and a `TierSampler`
 (stages.common.shards); it holds no paths and writes nothing but checkpoints, through
 stages.common.checkpoint. Every decision that changes the weights (skip a step, clip, loss-scale
-update) is taken from globally reduced numbers, so all ranks take it together.
+update) is taken from globally reduced numbers, so all ranks take it together. The loss is the model's
+own next-token loss, or any `LossFn`: the prune and qat stages pass a distillation loss against a
+frozen teacher (stages.common.distill).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -32,6 +34,20 @@ log = logging.getLogger("refinery.trainer")
 LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 # Dense bf16/fp16 tensor-core peaks (FLOP/s) of known accelerators, for MFU.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+
+
+class LossFn(Protocol):
+    """A training loss: (module, inputs, targets) -> (the loss to minimise, named extra figures to log,
+    each a detached 0-d tensor). Called under the trainer's autocast, once per micro-batch."""
+
+    def __call__(self, module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+
+def lm_loss(module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+            ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The model's mean next-token cross-entropy (the train stage's loss)."""
+    return module(inputs, targets), {}
 
 
 @dataclass(frozen=True)
@@ -108,8 +124,13 @@ class Counters:
 
 class Trainer:
     def __init__(self, parts: Parallelized, optimizer: torch.optim.Optimizer, sampler: TierSampler,
-                 cfg: TrainConfig, device: torch.device, flops_per_token: float, scaler: LossScaler) -> None:
+                 cfg: TrainConfig, device: torch.device, flops_per_token: float, scaler: LossScaler,
+                 loss_fn: LossFn = lm_loss) -> None:
+        if parts.schedule is not None and loss_fn is not lm_loss:
+            raise ValueError("a custom loss (e.g. distillation) needs a layout without pipeline parallelism: "
+                             "the pipeline schedule computes its own loss on the last stage")
         self.parts, self.optimizer, self.sampler, self.cfg, self.device = parts, optimizer, sampler, cfg, device
+        self.loss_fn = loss_fn
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: lr_multiplier(s, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.min_lr_ratio))
         self.scaler = scaler  # shared with the pipeline's loss function, which multiplies by its scale
@@ -150,24 +171,27 @@ class Trainer:
     def global_batch(self) -> int:
         return self.dp_size * self.cfg.micro_batch_size * self.cfg.gradient_accumulation_steps
 
-    def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Loss of this rank's share of the batch (a 0-d tensor; 0 where this rank sees no loss)."""
+    def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """This rank's mean loss over its share of the batch, and the loss function's extra figures (0-d
+        tensors; 0 where this rank sees no loss)."""
         cfg, parts = self.cfg, self.parts
         if parts.schedule is not None:
             with autocast(cfg.precision, self.device):
                 losses = self._run_pipeline("step", inputs, targets)
             if not losses:
-                return torch.zeros((), device=self.device)
-            return torch.stack([loss.detach().float() for loss in losses]).mean() / self.scaler.scale
-        total = torch.zeros((), device=self.device)
+                return {"loss": torch.zeros((), device=self.device)}
+            return {"loss": torch.stack([loss.detach().float() for loss in losses]).mean() / self.scaler.scale}
+        totals: dict[str, torch.Tensor] = {}
         accum = cfg.gradient_accumulation_steps
         for micro, (x, y) in enumerate(zip(inputs.chunk(accum), targets.chunk(accum))):
             parts.set_gradient_sync(micro == accum - 1)  # reduce gradients once, on the last micro-batch
             with autocast(cfg.precision, self.device):
-                loss = parts.module(x, y) / accum
-            (loss * self.scaler.scale if self.scaler.enabled else loss).backward()
-            total += loss.detach().float()
-        return total
+                loss, extras = self.loss_fn(parts.module, x, y)
+            scaled = loss / accum
+            (scaled * self.scaler.scale if self.scaler.enabled else scaled).backward()
+            for name, value in {"loss": loss, **extras}.items():
+                totals[name] = totals.get(name, 0.0) + value.detach().float() / accum
+        return totals
 
     def _run_pipeline(self, method: str, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
         """One call of the pipeline schedule's `step` (forward + backward) or `eval`: the first stage feeds
@@ -182,12 +206,14 @@ class Trainer:
             call()
         return losses
 
-    def _global_loss(self, local: torch.Tensor) -> float:
-        if not dist.is_initialized():
-            return local.item()
-        packed = torch.stack([local * self.reports, torch.tensor(float(self.reports), device=self.device)])
-        dist.all_reduce(packed)
-        return (packed[0] / packed[1]).item()
+    def _global_means(self, local: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Each figure averaged over the ranks that report a loss (one all-reduce for all of them)."""
+        values = torch.stack([v.reshape(()).float() for v in local.values()])
+        if dist.is_initialized():
+            packed = torch.cat([values * self.reports, torch.tensor([float(self.reports)], device=self.device)])
+            dist.all_reduce(packed)
+            values = packed[:-1] / packed[-1]
+        return dict(zip(local, values.tolist()))
 
     def _global_grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor:
         """L2 norm of all gradients across every rank, each parameter counted once."""
@@ -220,7 +246,7 @@ class Trainer:
         batch = self.sampler.batch(step, slice(self.dp_rank * rows, (self.dp_rank + 1) * rows))
         inputs, targets = batch.inputs.to(self.device), batch.targets.to(self.device)
         lr = self.optimizer.param_groups[0]["lr"]
-        local_loss = self._forward_backward(inputs, targets)
+        local = self._forward_backward(inputs, targets)
         self.parts.sync_tied_gradients()
         if step < cfg.freeze.steps:
             for p in self.frozen:
@@ -229,7 +255,8 @@ class Trainer:
         if self.scaler.enabled:
             _scale_grads(params, 1.0 / self.scaler.scale)
         grad_norm = self._global_grad_norm(self.parts.norm_params()).item()
-        loss = self._global_loss(local_loss)
+        figures = self._global_means(local)
+        loss = figures.pop("loss")
         threshold = self.clip_threshold()
         finite = math.isfinite(grad_norm) and math.isfinite(loss)
         clipped = False
@@ -265,7 +292,7 @@ class Trainer:
                "clip_threshold": threshold if math.isfinite(threshold) else None, "clipped": clipped,
                "skipped": not finite, "tokens_per_s": tokens / seconds, "seconds": seconds,
                "memory_mb": _peak_memory_mb(self.device), "loss_scale": self.scaler.scale,
-               **{f"ratio_{tier}": float(r) for tier, r in zip(TIERS, batch.ratios)}}
+               **{f"ratio_{tier}": float(r) for tier, r in zip(TIERS, batch.ratios)}, **figures}
         if self.peak_flops:
             row["mfu"] = self.flops_per_token * row["tokens_per_s"] / (self.peak_flops * _world())
         self.history.append(row)
@@ -310,7 +337,8 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------
     def fit(self, val_shards: Mapping[str, TokenShard], eval_every: int, checkpoint_every: int,
-            on_checkpoint, log_every: int = 10, is_main: bool = True, progress_bar: bool = True) -> None:
+            on_checkpoint, log_every: int = 10, is_main: bool = True, progress_bar: bool = True,
+            desc: str = "train") -> None:
         """Run from `self.step` to `max_steps`; `on_checkpoint()` is called (on every rank) at each
         checkpoint step and at the end. Only the main rank logs: a progress bar, or log lines."""
         self.is_main = is_main
@@ -318,7 +346,7 @@ class Trainer:
         cfg = self.cfg
         if self.step == 0 and cfg.eval_windows:
             self._log_val(self.evaluate(val_shards))
-        with tqdm(total=cfg.max_steps, initial=self.step, desc="train", unit="step", mininterval=2.0,
+        with tqdm(total=cfg.max_steps, initial=self.step, desc=desc, unit="step", mininterval=2.0,
                   disable=not show_progress) as bar:
             while self.step < cfg.max_steps:
                 row = self.train_step()
@@ -327,8 +355,8 @@ class Trainer:
                     bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.1e}",
                                     tok_s=f"{row['tokens_per_s']:.0f}")
                     if is_main and not progress_bar:
-                        log.info("step %d/%d loss %.4f lr %.2e grad_norm %.3f clip %.3g tokens/s %.0f", self.step,
-                                 cfg.max_steps, row["loss"], row["lr"], row["grad_norm"],
+                        log.info("%s step %d/%d loss %.4f lr %.2e grad_norm %.3f clip %.3g tokens/s %.0f", desc,
+                                 self.step, cfg.max_steps, row["loss"], row["lr"], row["grad_norm"],
                                  row["clip_threshold"] or math.inf, row["tokens_per_s"])
                 last = self.step == cfg.max_steps
                 if cfg.eval_windows and (last or (eval_every and self.step % eval_every == 0)):

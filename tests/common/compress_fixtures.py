@@ -3,6 +3,7 @@ synthetic bilingual corpus, and a `debug`-preset teacher trained on them for a f
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,10 @@ def make_inputs(root: Path, teacher_steps: int = 60) -> dict[str, Path]:
         writers[split, tier].add(ids)
     for w in writers.values():
         w.close()
+    shards = {f"{split}/{tier}": {"num_docs": w.num_docs, "num_tokens": w.num_tokens}
+              for (split, tier), w in writers.items()}  # the perplexity stage's manifest
+    manifest = {"vocab_size": vocab, "eos_id": eos_id, "shards": shards}
+    (root / "tokens" / "manifest.json").write_text(json.dumps(manifest))
     seed_everything(0)
     model = Transformer(preset("debug", vocab, max_seq_len=MAX_SEQ_LEN))
     shards = [TokenShard(root / "tokens" / "train" / t) for t in TIERS]
@@ -56,7 +61,8 @@ def tiny_prune_params(inputs: dict[str, Path], out: Path):
     from stages.common.distill import DistillParams
     return dataclasses.replace(
         prune.Params(), teacher_dir=str(inputs["teacher"]), tokens_dir=str(inputs["tokens"]),
-        out_dir=str(out / "pruned"), metrics_path=str(out / "prune.json"), num_threads=1, precision="fp32",
+        out_dir=str(out / "pruned"), metrics_path=str(out / "prune.json"),
+        checkpoint_dir=str(out / "prune_checkpoints"), num_threads=1, precision="fp32", progress_bar=False,
         calibration_batches=2, mlp_schedule=(0.5, 0.5), head_schedule=(0.0, 0.5), channel_multiple=8,
         distill=DistillParams(steps=4, batch_size=4))
 
@@ -65,5 +71,6 @@ def tiny_qat_params(model_dir: Path, inputs: dict[str, Path], out: Path):
     from stages import qat
     return dataclasses.replace(
         qat.Params(), model_dir=str(model_dir), tokens_dir=str(inputs["tokens"]), out_dir=str(out / "qat"),
-        metrics_path=str(out / "qat.json"), num_threads=1, calibration_batches=4,
+        metrics_path=str(out / "qat.json"), checkpoint_dir=str(out / "qat_checkpoints"), num_threads=1,
+        progress_bar=False, calibration_batches=4,
         distill=dataclasses.replace(qat.Params().distill, steps=4, batch_size=4))

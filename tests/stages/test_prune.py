@@ -1,17 +1,24 @@
 import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
 
 from stages import prune
-from stages.common.distill import DistillOptim, DistillParams, distill_loss, distill_step
+from safetensors.torch import load_file
+
+from stages.common import checkpoint
+from stages.common.checkpoint import CheckpointParams
+from stages.common.distill import DistillOptim, DistillParams, distill_loss, finetune
 from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
+from stages.common.parallel import DistEnv
 from stages.common.pruning import importance, magnitude_importance, mask, select, units_to_keep
 from stages.common.pruning import prune as prune_model
-from stages.common.training import configure_optimizer, make_scheduler
+from stages.common.shards import TierMix, TierSampler, open_tiers
 from tests.common.compress_fixtures import make_inputs
 from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.stages.test_train import write_token_shards
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB = 97
@@ -83,24 +90,28 @@ def test_units_to_keep_rounds_to_the_multiple():
     assert units_to_keep(8, 0.0, 16) == 8  # never above the original
 
 
-def test_a_distillation_step_lowers_the_kl():
+def test_a_distillation_step_of_the_train_loop_lowers_the_kl(tmp_path):
+    tokens = write_token_shards(tmp_path / "tokens")  # vocabulary 256
     torch.manual_seed(0)
-    teacher = Transformer(preset("debug", VOCAB, init_std=0.2)).eval()  # peaked logits: a KL worth lowering
-    student = prune_model(teacher, select(magnitude_importance(teacher), 16, 1)).train()
-    p = DistillParams(kd_weight=1.0, lm_weight=0.0, optim=DistillOptim(lr=1e-3, warmup_steps=0))
-    window = windows(1, 32)[0]
-    inputs, targets = window[:, :-1], window[:, 1:]
+    teacher = Transformer(preset("debug", 256, init_std=0.2)).eval()  # peaked logits: a KL worth lowering
+    student = prune_model(teacher, select(magnitude_importance(teacher), 16, 1))
+    p = DistillParams(steps=1, batch_size=4, kd_weight=1.0, lm_weight=0.0, optim=DistillOptim(lr=1e-3, warmup_steps=0))
+    sampler = TierSampler(open_tiers(tokens, "train"), TierMix(), 32, p.batch_size, p.steps, seed=0)
+    batch = sampler.batch(0)
 
     def kl() -> float:
         with torch.no_grad():
-            return distill_loss(student(inputs), teacher(inputs), targets, p.temperature, 1.0, 0.0)[1].item()
+            logits = student(batch.inputs), teacher(batch.inputs)
+            return distill_loss(*logits, batch.targets, p.temperature, 1, 0)[1].item()
 
-    optimizer = configure_optimizer(student, p.optim, torch.device("cpu"))
-    scheduler = make_scheduler(optimizer, p.optim, 10)
     before = kl()
-    _, kl_at_step, _ = distill_step(student, teacher, optimizer, scheduler, inputs, targets, p, "fp32")
-    assert kl_at_step == pytest.approx(before, rel=1e-4)
+    history, resumed = finetune(student, teacher, sampler, p, DistEnv(0, 1, 0, 1, torch.device("cpu")), "fp32",
+                                tmp_path / "ckpt", "run", CheckpointParams(every=0), 0.0, progress_bar=False)
+    assert resumed is None and len(history) == 1
+    assert history[0]["kl"] == pytest.approx(before, rel=1e-4)  # the trainer logs the KL it stepped on
+    assert history[0]["ce"] > 0 and history[0]["loss"] == pytest.approx(p.temperature ** 2 * before, rel=1e-4)
     assert kl() < before
+    assert checkpoint.verify(tmp_path / "ckpt" / "step_00000001") is None  # the train stage's checkpoint format
 
 
 def test_distill_loss_is_zero_kl_for_identical_logits():
@@ -113,7 +124,8 @@ def test_distill_loss_is_zero_kl_for_identical_logits():
 
 def stage_params(inputs, tmp_path, **overrides) -> prune.Params:
     settings = dict(teacher_dir=str(inputs["teacher"]), tokens_dir=str(inputs["tokens"]),
-                    out_dir=str(tmp_path / "pruned"), metrics_path=str(tmp_path / "prune.json"), num_threads=1,
+                    out_dir=str(tmp_path / "pruned"), metrics_path=str(tmp_path / "prune.json"),
+                    checkpoint_dir=str(tmp_path / "ckpt"), num_threads=1, progress_bar=False,
                     precision="fp32", calibration_batches=2, mlp_schedule=(0.25, 0.5), head_schedule=(0.0, 0.5),
                     channel_multiple=8, distill=DistillParams(steps=4, batch_size=4))
     return dataclasses.replace(prune.Params(), **{**settings, **overrides})
@@ -132,6 +144,36 @@ def test_run_writes_every_step_and_the_final_model(inputs, tmp_path):
     for key in ("teacher.val_ppl.all", "step_1.val_ppl.easy", "step_2.val_ppl.hard", "step_2.val_ppl_pruned.all"):
         assert 1 < metrics[key] < 1e4, key
     assert metrics["step_2.kl_first"] > 0
+    assert metrics["num_processes"] == 1
+
+
+def test_a_killed_run_resumes_mid_step_and_ends_with_the_same_model(inputs, tmp_path):
+    params = stage_params(inputs, tmp_path, distill=DistillParams(steps=6, batch_size=4),
+                          checkpoint=CheckpointParams(every=2, keep=3))
+    reference = prune.run(params)
+    assert reference["step_1.resumed_from_step"] == reference["step_2.resumed_from_step"] == -1
+    expected = load_file(str(tmp_path / "pruned" / CHECKPOINT_NAME))
+    # As if killed during step 2's fine-tune after its step-4 checkpoint: later checkpoints and outputs gone.
+    step2 = tmp_path / "ckpt" / "step_2"
+    assert [p.name for p in checkpoint.list_checkpoints(step2)] == ["step_00000002", "step_00000004", "step_00000006"]
+    for late in checkpoint.list_checkpoints(step2)[2:]:
+        (late / "_SUCCESS").unlink()  # an interrupted write: incomplete, skipped
+    shutil.rmtree(tmp_path / "pruned")
+
+    resumed = prune.run(params)
+    assert resumed["step_1.resumed_from_step"] == 6  # finished: nothing retrained
+    assert resumed["step_2.resumed_from_step"] == 4
+    got = load_file(str(tmp_path / "pruned" / CHECKPOINT_NAME))
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
+    assert resumed["step_2.val_ppl.all"] == reference["step_2.val_ppl.all"]
+    assert resumed["step_2.kl_first"] == reference["step_2.kl_first"]  # the step history is in the checkpoint
+
+
+def test_checkpoints_of_another_configuration_are_not_resumed(inputs, tmp_path):
+    prune.run(stage_params(inputs, tmp_path))
+    metrics = prune.run(stage_params(inputs, tmp_path, seed=1))
+    assert metrics["step_1.resumed_from_step"] == metrics["step_2.resumed_from_step"] == -1
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path / "ckpt" / "step_1")] == ["step_00000004"]
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,15 +1,20 @@
 import collections
+import dataclasses
 import json
+import shutil
 
 import numpy as np
 import onnx
 import pytest
 import torch
 from onnx import numpy_helper
+from safetensors.torch import load_file
 
 from stages import qat
+from stages.common import checkpoint
+from stages.common.checkpoint import CheckpointParams
 from stages.common.deploy import DeployLM, export_onnx, optimize_onnx, run_logits, session
-from stages.common.model import Transformer, preset
+from stages.common.model import CHECKPOINT_NAME, Transformer, preset
 from stages.common.quant import (ActQuant, QuantScheme, fake_quant_weight, freeze, load_quant_state,
                                  quantize_weight, read_scheme, set_mode)
 from tests.common.compress_fixtures import make_inputs, tiny_qat_params
@@ -100,3 +105,21 @@ def test_run_writes_ptq_and_qat_and_qat_is_no_worse(inputs, tmp_path):
         assert all(m.mode == "quant" for m in loaded.modules() if isinstance(m, ActQuant))
         assert metrics[f"{name}.val_ppl_ratio"] < 1.1, name  # int8 costs little even on a tiny model
     assert metrics["qat.val_ppl.all"] <= metrics["ptq.val_ppl.all"] * 1.01
+
+
+def test_an_interrupted_qat_fine_tune_resumes_to_the_same_weights(inputs, tmp_path):
+    params = dataclasses.replace(tiny_qat_params(inputs["teacher"], inputs, tmp_path),
+                                 checkpoint=CheckpointParams(every=2, keep=3))
+    reference = qat.run(params)
+    assert reference["qat.resumed_from_step"] == -1
+    expected = load_file(str(tmp_path / "qat" / "qat" / CHECKPOINT_NAME))
+    newest = checkpoint.list_checkpoints(tmp_path / "qat_checkpoints")[-1]
+    assert newest.name == "step_00000004"
+    (newest / "_SUCCESS").unlink()  # killed while writing the last checkpoint
+    shutil.rmtree(tmp_path / "qat")
+
+    resumed = qat.run(params)
+    assert resumed["qat.resumed_from_step"] == 2
+    got = load_file(str(tmp_path / "qat" / "qat" / CHECKPOINT_NAME))
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    assert resumed["qat.val_ppl.all"] == reference["qat.val_ppl.all"]

@@ -158,13 +158,32 @@ def test_data_parallel_size_zero_follows_the_launch():
         train.Params(parallel=ParallelParams(data_parallel_size=0)).num_processes
 
 
-def test_the_launcher_passes_an_argument_list_to_torchrun():
-    params = train.Params(parallel=ParallelParams(data_parallel_size=2, tensor_parallel_size=2, data_parallel_mode="fsdp"),
-                          max_restarts=3)
-    argv = train.torchrun_argv(params, "my params.yaml")
+@pytest.mark.parametrize("stage, section, processes", [
+    ("train", {"parallel": {"data_parallel_size": 2, "tensor_parallel_size": 2, "data_parallel_mode": "fsdp"},
+               "max_restarts": 3}, 4),
+    ("prune", {"nproc_per_node": 3, "max_restarts": 3}, 3),
+    ("qat", {"nproc_per_node": 2, "max_restarts": 3}, 2),
+])
+def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monkeypatch, stage, section, processes):
+    """`python -m stages.<stage>` outside torchrun launches torchrun (the real launches run in
+    tests/integration); here only the command it builds is captured."""
+    import importlib
+    import subprocess
+
+    import yaml
+    params_path = tmp_path / "my params.yaml"
+    params_path.write_text(yaml.safe_dump({stage: section}))
+    calls = []
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(subprocess, "run",
+                        lambda argv, check: calls.append(argv) or subprocess.CompletedProcess(argv, 0))
+    with pytest.raises(SystemExit) as exit_code:
+        importlib.import_module(f"stages.{stage}").main(["--params", str(params_path)])
+    assert exit_code.value.code == 0
+    (argv,) = calls
     assert argv[1:3] == ["-m", "torch.distributed.run"]
-    assert "--nproc-per-node=4" in argv and "--max-restarts=3" in argv
-    assert argv[-2:] == ["--params", "my params.yaml"]  # one argument, spaces and all: no shell involved
+    assert f"--nproc-per-node={processes}" in argv and "--max-restarts=3" in argv
+    assert argv[-4:] == ["-m", f"stages.{stage}", "--params", str(params_path)]  # one argument, spaces and all
 
 
 # ---- the trainer's pieces, in-process on the debug model ---------------------------------------------
