@@ -146,10 +146,9 @@ def run(params: Params) -> dict[str, Any] | None:
     run_id = fingerprint(params, teacher_file)
     root = Path(params.checkpoint_dir)
     if env.is_main:  # steps beyond the schedule belong to an older configuration
-        for old in (root.glob("step_*") if root.is_dir() else ()):
-            if not old.name.removeprefix("step_").isdigit() or int(old.name.removeprefix("step_")) > len(
-                    params.mlp_schedule):
-                shutil.rmtree(old)
+        steps = {f"step_{i}" for i in range(1, len(params.mlp_schedule) + 1)}
+        for stale in (d for d in (root.iterdir() if root.is_dir() else ()) if d.is_dir() and d.name not in steps):
+            shutil.rmtree(stale)
 
     def evaluate(model: Transformer) -> dict[str, float]:
         with main_rank_cores(env):

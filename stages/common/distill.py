@@ -12,7 +12,6 @@ quantization-aware training.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,6 @@ from stages.common.parallel import DistEnv, replicate
 from stages.common.shards import TierSampler
 from stages.common.trainer import DynamicClip, LossScaler, TrainConfig, Trainer
 from stages.common.training import OptimParams, configure_optimizer
-
-log = logging.getLogger("refinery.distill")
 
 
 @dataclass(frozen=True)
