@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import json
 import logging
 import shutil
 import sys
@@ -38,11 +36,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common import checkpoint, distill, pruning, trainer
+from stages.common import pruning
 from stages.common.atomic import atomic_dir, write_json
 from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
-from stages.common.distill import DistillParams, finetune
+from stages.common.distill import DistillParams, finetune, run_fingerprint
 from stages.common.evaluation import tier_perplexity, torch_token_nll
 from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
 from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
@@ -113,11 +111,7 @@ NOT_FINGERPRINTED = {"teacher_dir", "tokens_dir", "out_dir", "metrics_path", "ch
 
 def fingerprint(params: Params, teacher_file: Path) -> str:
     """The run's identity: the shaping params, the teacher's and the token shards' contents, the code."""
-    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
-    data = {"teacher": checkpoint.file_digest(teacher_file),
-            "tokens": json.loads((Path(params.tokens_dir) / "manifest.json").read_text())}
-    return checkpoint.fingerprint({"params": shaping, "data": data},
-                                  (sys.modules[__name__], distill, pruning, trainer, checkpoint))
+    return run_fingerprint(params, NOT_FINGERPRINTED, teacher_file, params.tokens_dir, (sys.modules[__name__], pruning))
 
 
 def _broadcast_keep(keep: Keep) -> Keep:

@@ -25,8 +25,6 @@ Outputs (rank 0; each model = a normal checkpoint + its frozen quantizer state):
 from __future__ import annotations
 
 import copy
-import dataclasses
-import json
 import logging
 import sys
 import time
@@ -38,12 +36,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common import checkpoint, deploy, distill, quant, trainer
+from stages.common import deploy, quant
 from stages.common.atomic import atomic_dir, write_json
 from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
 from stages.common.deploy import DeployLM
-from stages.common.distill import DistillOptim, DistillParams, finetune
+from stages.common.distill import DistillOptim, DistillParams, finetune, run_fingerprint
 from stages.common.evaluation import tier_perplexity, torch_token_nll
 from stages.common.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
@@ -108,11 +106,8 @@ NOT_FINGERPRINTED = {"model_dir", "tokens_dir", "out_dir", "metrics_path", "chec
 
 def fingerprint(params: Params, model_file: Path) -> str:
     """The run's identity: the shaping params, the FP32 model's and the token shards' contents, the code."""
-    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
-    data = {"model": checkpoint.file_digest(model_file),
-            "tokens": json.loads((Path(params.tokens_dir) / "manifest.json").read_text())}
-    return checkpoint.fingerprint({"params": shaping, "data": data},
-                                  (sys.modules[__name__], deploy, quant, distill, trainer, checkpoint))
+    return run_fingerprint(params, NOT_FINGERPRINTED, model_file, params.tokens_dir,
+                           (sys.modules[__name__], deploy, quant))
 
 
 def run(params: Params) -> dict[str, Any] | None:

@@ -12,8 +12,13 @@ quantization-aware training.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -21,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stages.common import checkpoint
+from stages.common import trainer as trainer_module
 from stages.common.checkpoint import CheckpointParams
 from stages.common.parallel import DistEnv, replicate
 from stages.common.shards import TierSampler
@@ -117,3 +123,15 @@ def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: Di
                 progress_bar=progress_bar, desc=desc)
     student.eval()
     return trainer.history, state["step"] if state is not None else None
+
+
+def run_fingerprint(params: Any, excluded: set[str], model_file: Path, tokens_dir: str,
+                    code: Iterable[ModuleType]) -> str:
+    """A fine-tune's identity for resuming: the stage's params that shape the weights (all but
+    `excluded`), the contents of the model it starts from and of the token shards (their manifest), and
+    the code (`code`, this module, the trainer, the checkpoint format)."""
+    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in excluded}
+    data = {"model": checkpoint.file_digest(model_file),
+            "tokens": json.loads((Path(tokens_dir) / "manifest.json").read_text())}
+    return checkpoint.fingerprint({"params": shaping, "data": data},
+                                  (*code, sys.modules[__name__], trainer_module, checkpoint))

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import yaml
@@ -27,7 +23,7 @@ from stages.common.distill import DistillParams
 from stages.common.model import CHECKPOINT_NAME
 from tests.common.compress_fixtures import make_inputs, tiny_prune_params, tiny_qat_params
 from tests.conftest import ROOT
-from tests.integration.test_train_torchrun import worker_pids
+from tests.integration.test_train_torchrun import sigkill_a_worker
 
 pytestmark = pytest.mark.integration
 
@@ -102,19 +98,8 @@ def test_a_killed_prune_worker_restarts_and_resumes_to_identical_weights(inputs,
     plain, killed = tmp_path / "plain", tmp_path / "killed"
     launch("prune", params(plain), tmp_path)
 
-    proc = subprocess.Popen(command("prune", params(killed), tmp_path), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    launcher = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 120
-    while not (killed / "prune_checkpoints" / "step_1" / "step_00000020").is_dir():
-        assert time.monotonic() < deadline and proc.poll() is None, "run ended before it could be killed"
-        time.sleep(0.01)
-    time.sleep(random.uniform(0.0, 0.2))
-    victims = worker_pids(launcher)
-    assert len(victims) == 2 and proc.poll() is None
-    psutil.Process(random.choice(victims)).send_signal(signal.SIGKILL)
-    output, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, output[-5000:]
+    output = sigkill_a_worker(command("prune", params(killed), tmp_path),
+                              killed / "prune_checkpoints" / "step_1" / "step_00000020", timeout=300)
 
     metrics = json.loads((killed / "prune.json").read_text())
     # the restarted workers resumed step 1 (finished or not) from a checkpoint at or after step 20

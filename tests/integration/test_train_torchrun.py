@@ -120,8 +120,27 @@ def test_mixed_precision_and_gradient_compression_track_the_fp32_run(overrides, 
 
 
 def worker_pids(launcher: psutil.Process) -> list[int]:
-    """torchrun's worker processes: the grandchildren of `python -m stages.train`."""
+    """torchrun's worker processes: the grandchildren of `python -m stages.<name>`."""
     return [p.pid for child in launcher.children() for p in child.children()]
+
+
+def sigkill_a_worker(command: list[str], ready: Path, num_workers: int = 2, timeout: int = 240) -> str:
+    """Start `command` (a stage launching torchrun), SIGKILL one of its workers at a random moment soon
+    after `ready` (a checkpoint folder) appears, and return the output once the run ends (it must end 0:
+    torchrun restarts the workers, which resume)."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while not ready.is_dir():  # past a checkpoint, so there is one to resume from
+        assert time.monotonic() < deadline and proc.poll() is None, "run ended before it could be killed"
+        time.sleep(0.01)
+    time.sleep(random.uniform(0.0, 0.2))
+    victims = worker_pids(launcher)
+    assert len(victims) == num_workers and proc.poll() is None
+    psutil.Process(random.choice(victims)).send_signal(signal.SIGKILL)
+    output, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, output[-5000:]
+    return output
 
 
 def test_sigkill_at_a_random_step_resumes_to_identical_weights(tmp_path, tokens):
@@ -137,20 +156,8 @@ def test_sigkill_at_a_random_step_resumes_to_identical_weights(tmp_path, tokens)
     killed = tmp_path / "killed"
     killed.mkdir()
     params = params_file(killed, tokens, **overrides)
-    proc = subprocess.Popen([sys.executable, "-m", "stages.train", "--params", str(params)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    launcher = psutil.Process(proc.pid)
-    rng = random.Random()
-    deadline = time.monotonic() + 120
-    while not (killed / "ckpt" / "step_00000020").is_dir():  # past a checkpoint, so there is one to resume from
-        assert time.monotonic() < deadline and proc.poll() is None, "run ended before it could be killed"
-        time.sleep(0.01)
-    time.sleep(rng.uniform(0.0, 0.2))
-    victims = worker_pids(launcher)
-    assert len(victims) == 2 and proc.poll() is None
-    psutil.Process(rng.choice(victims)).send_signal(signal.SIGKILL)
-    output, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 0, output[-5000:]
+    output = sigkill_a_worker([sys.executable, "-m", "stages.train", "--params", str(params)],
+                              killed / "ckpt" / "step_00000020")
 
     metrics = json.loads((killed / "train.json").read_text())
     assert 20 <= metrics["resumed_from_step"] < 150, output[-3000:]
