@@ -1,7 +1,8 @@
 """Atomic outputs: write to a temporary sibling, then rename into place.
 
 A reader (or DVC) never sees a half-written file or folder. A folder output gets a `_SUCCESS`
-marker as its last file; consumers treat a folder without it as incomplete.
+marker as its last file; consumers treat a folder without it as incomplete. `file_digest` is the content
+digest that manifests and cache keys record.
 """
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 SUCCESS_MARKER = "_SUCCESS"
+
+
+def file_digest(path: Path) -> str:
+    """xxh3-128 of a file's bytes (hex), read in 4 MiB chunks."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _umask() -> int:

@@ -35,12 +35,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import xxhash
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from stages.common.atomic import SUCCESS_MARKER
+from stages.common.atomic import SUCCESS_MARKER, file_digest
 from stages.common.model import TIED_OUTPUT, ModelConfig, Transformer, save_checkpoint
 
 log = logging.getLogger("refinery.checkpoint")
@@ -79,14 +78,6 @@ def _barrier() -> None:
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
-
-
-def file_digest(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _rng_state() -> dict[str, torch.Tensor]:

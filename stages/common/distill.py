@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stages.common import checkpoint
+from stages.common.atomic import file_digest
 from stages.common import trainer as trainer_module
 from stages.common.checkpoint import CheckpointParams
 from stages.common.parallel import DistEnv, replicate
@@ -131,7 +132,7 @@ def run_fingerprint(params: Any, excluded: set[str], model_file: Path, tokens_di
     `excluded`), the contents of the model it starts from and of the token shards (their manifest), and
     the code (`code`, this module, the trainer, the checkpoint format)."""
     shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in excluded}
-    data = {"model": checkpoint.file_digest(model_file),
+    data = {"model": file_digest(model_file),
             "tokens": json.loads((Path(tokens_dir) / "manifest.json").read_text())}
     return checkpoint.fingerprint({"params": shaping, "data": data},
                                   (*code, sys.modules[__name__], trainer_module, checkpoint))

@@ -27,6 +27,7 @@ import xxhash
 from torch import nn
 from tqdm import tqdm
 
+from stages.common.atomic import file_digest
 from stages.common.quality import CJK_LANGS
 
 log = logging.getLogger("refinery.semantic")
@@ -294,16 +295,12 @@ class Encoder:
         import onnxruntime
         import transformers
 
-        h = xxhash.xxh3_128()
-        for file in sorted(Path(self.path).iterdir()):
-            if file.name == "config.json" or file.suffix in (".safetensors", ".bin"):
-                h.update(file.name.encode())
-                with open(file, "rb") as f:
-                    while chunk := f.read(1 << 22):
-                        h.update(chunk)
-        h.update(f"torch {torch.__version__} ort {onnxruntime.__version__} transformers {transformers.__version__} "
-                 f"opset {ONNX_OPSET} int8 {quantize}".encode())
-        return h.hexdigest()
+        files = sorted(f for f in Path(self.path).iterdir()
+                       if f.name == "config.json" or f.suffix in (".safetensors", ".bin"))
+        parts = [f"{f.name} {file_digest(f)}" for f in files]
+        parts.append(f"torch {torch.__version__} ort {onnxruntime.__version__} transformers {transformers.__version__} "
+                     f"opset {ONNX_OPSET} int8 {quantize}")
+        return xxhash.xxh3_128_hexdigest("\n".join(parts).encode())
 
     def _onnx_session(self, quantize: bool, cache_dir: str | None):
         import onnxruntime as ort
