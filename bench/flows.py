@@ -52,7 +52,8 @@ os.environ.update(PREFECT_API_URL=f"http://127.0.0.1:{PORT}/api", PREFECT_HOME=s
                   PYTHONPATH=str(ROOT))
 
 from flows.commands import command_env, dvc  # noqa: E402
-from flows.serve import is_healthy, start_server  # noqa: E402
+from flows.config import WORKSPACE_ENV  # noqa: E402
+from flows.serve import CREDENTIALS_FILE, is_healthy, load_or_create_credentials, start_server  # noqa: E402
 from tests.flows.test_pipeline_real_chain import TINY, merge_existing  # noqa: E402 (one tiny config)
 
 import yaml  # noqa: E402
@@ -145,7 +146,8 @@ def overhead(repo: Path, repeats: int) -> dict:
     sh(dvc("exp", "apply", "bench-ui-run"), repo)
     sh(dvc("repro"), repo)  # settles anything exp apply could not restore (e.g. persist outputs)
     plain = [timed(lambda: sh(dvc("repro"), repo))[0] for _ in range(repeats)]
-    flow_runs = [timed(lambda: pipeline(workspace=str(repo))) for _ in range(repeats)]
+    os.environ[WORKSPACE_ENV] = str(repo)  # the workspace is bound by the environment, never a run parameter
+    flow_runs = [timed(lambda: pipeline()) for _ in range(repeats)]
     assert all(all(s["outcome"] == "up to date" for s in r["stages"]) for _, r in flow_runs), flow_runs
     ui_seconds, run = timed(lambda: run_deployment("pipeline/pipeline", parameters={"experiment": False},
                                                    timeout=600))
@@ -191,13 +193,15 @@ def main() -> None:
     parser.add_argument("--override", default="perplexity.reference.steps=30")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    server = start_server(PORT, os.environ["PREFECT_API_URL"])
+    auth, _ = load_or_create_credentials(PREFECT_HOME / CREDENTIALS_FILE)
+    os.environ["PREFECT_API_AUTH_STRING"] = auth  # this process's client; flows.serve --attach reads it too
+    server = start_server(PORT, auth)
     serve = None
     with tempfile.TemporaryDirectory(prefix="refinery-bench-flows-") as tmp:
         repo = Path(tmp) / "repo"
         try:
             make_repo(repo, args.num_docs, args.tiny)
-            serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--port", str(PORT), "--workspace",
+            serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--attach", "--port", str(PORT), "--workspace",
                                       str(repo)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_for_deployments(serve)
             results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "num_docs": args.num_docs,

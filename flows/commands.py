@@ -18,6 +18,7 @@ from typing import IO
 
 TAIL_LINES = 30  # output lines kept for an error message: the stage's own traceback ends there
 DVC_LOCK_BUSY = "Unable to acquire lock"  # DVC's message when another dvc process holds the repo
+CREDENTIAL_VARS = ("PREFECT_API_AUTH_STRING", "PREFECT_SERVER_API_AUTH_STRING")
 
 
 class CommandFailed(RuntimeError):
@@ -46,7 +47,9 @@ def command_env() -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     # No PYTHONUNBUFFERED: the stages log to stderr (line-buffered anyway), and unbuffered writes made a
     # stage that forks worker processes while other threads write (semantic_filter's pool) deadlock.
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+    # Stages never talk to Prefect: they do not get the API credentials (flows/serve.py).
+    env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_VARS}
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
 
 
 def _lines(stream: IO[bytes]) -> Iterator[str]:

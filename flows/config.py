@@ -5,6 +5,7 @@ depends on how the pipeline is orchestrated (see the header of flows/config.yaml
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,8 @@ import yaml
 
 from stages.common.params import from_dict, read_params
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace
+WORKSPACE_ENV = "REFINERY_WORKSPACE"  # set by `flows.serve --workspace`; never a flow run parameter
 CONFIG_PATH = Path("flows") / "config.yaml"
 REFERENCE_RE = re.compile(r"\$\{([^}]+)\}")
 
@@ -56,6 +59,13 @@ class FlowsConfig:
     experiments_dir: str = ".dvc/tmp/flows"
     export_stage: str = "export"
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
+
+
+def resolve_workspace() -> Path:
+    """The DVC repository the flows run on, fixed by whoever serves them: whoever can start a run through
+    the API must not choose which repository's commands it executes."""
+    workspace = os.environ.get(WORKSPACE_ENV)
+    return Path(workspace).resolve() if workspace else ROOT
 
 
 def load_config(workspace: Path) -> FlowsConfig:

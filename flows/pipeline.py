@@ -8,6 +8,10 @@ Two modes:
   the workspace's params.yaml is not edited.
 A stage that fails fails its task and the flow with the stage's own output; a task is retried only when
 DVC's lock was busy (re-running `dvc repro <stage>` is idempotent). One run at a time per workspace.
+
+The workspace is not a flow parameter: whoever can start a run through the API must not choose which
+repository's commands it executes. It is `$REFINERY_WORKSPACE` (set by `flows.serve --workspace`), else
+the repository these flows ship in; `set_params` and `experiment_name` are checked (flows/validation.py).
 """
 from __future__ import annotations
 
@@ -24,11 +28,10 @@ from prefect.runtime import flow_run
 from flows import experiment as exp_worktree
 from flows.artifacts import comparison_rows, link, markdown_table, publish_stage, read_metrics
 from flows.commands import CommandFailed, dvc, run
-from flows.config import FlowsConfig, load_config
+from flows.config import FlowsConfig, load_config, resolve_workspace, workspace_params
 from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
 from flows.lock import workspace_lock
-
-ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace
+from flows.validation import check_experiment_name, check_overrides
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,6 @@ class StageRun:
     stage: str
     outcome: str  # ran | up to date | restored from run cache
     seconds: float
-
-
-def resolve_workspace(workspace: str) -> Path:
-    return Path(workspace).resolve() if workspace else ROOT
 
 
 def _retry_when_dvc_lock_busy(task, task_run, state) -> bool:  # noqa: ANN001 (Prefect's hook signature)
@@ -63,7 +62,7 @@ def reproduce_stage(stage: StageInfo, cwd: Path, stale: bool) -> StageRun:
 
     A stage that `dvc status` found up to date, with all its upstream stages, is not handed to
     `dvc repro` again: DVC has already said it would skip it, and a DVC start per stage would cost more
-    than the whole check (the flow's floor is 15 s for an up-to-date pipeline)."""
+    than the whole check (an up-to-date pipeline should take under 15 s end to end)."""
     start = time.perf_counter()
     log = get_run_logger()
     if stale:
@@ -136,32 +135,39 @@ def _report(root: Path, cwd: Path, stages: list[StageInfo], runs: list[StageRun]
             heading: str, outputs_note: str) -> None:
     plots_page = None
     if any(s.plots for s in stages):
-        plots_page = render_plots(cwd, root / cfg.experiments_dir / "plots" / flow_run.get_name())
+        plots_page = render_plots(cwd, root / cfg.experiments_dir / "plots" / str(flow_run.get_id()))
     summarize(cwd, stages, runs, cfg, heading, plots_page, outputs_note)
 
 
 @flow(name="pipeline")
-def pipeline(set_params: list[str] | None = None, experiment: bool | None = None, experiment_name: str = "",
-             workspace: str = "") -> dict[str, Any]:
+def pipeline(set_params: list[str] | None = None, experiment: bool | None = None,
+             experiment_name: str = "") -> dict[str, Any]:
     """Reproduce every DVC stage, one task each.
 
-    set_params: `dvc exp run --set-param` overrides, e.g. `train.max_steps=50`; they make the run an experiment.
+    set_params: `dvc exp run --set-param` overrides of existing, non-path params.yaml values, same type,
+    e.g. `train.max_steps=50`; they make the run an experiment.
     experiment: run as a DVC experiment (default: only when there are overrides); the workspace is untouched.
-    experiment_name: the experiment's name in `dvc exp show` (default: this flow run's name).
-    workspace: the DVC repository (default: the one these flows ship in).
+    experiment_name: the experiment's name in `dvc exp show` (default: this flow run's name); letters,
+    digits, `.`, `_`, `-`.
     """
-    root = resolve_workspace(workspace)
+    root = resolve_workspace()
     cfg = load_config(root)
     log = get_run_logger()
     overrides = list(set_params or [])
+    check_overrides(overrides, workspace_params(root))
     as_experiment = bool(overrides) if experiment is None else experiment
     if overrides and not as_experiment:
         raise ValueError("parameter overrides run only as a DVC experiment: the workspace's params.yaml is never "
                          "edited by a flow (drop experiment=false, or edit params.yaml yourself)")
+    name = experiment_name or flow_run.get_name()
+    if as_experiment or experiment_name:
+        # Whoever starts a run also chooses its flow run name: the default name is checked the same way.
+        check_experiment_name(name, "experiment_name" if experiment_name else "the flow run name (the default "
+                                                                             "experiment_name)")
     owner = f"flow run {flow_run.get_name()!r} ({flow_run.get_id()})"
     with workspace_lock(root, owner, cfg.lock_wait_s, log):
         if as_experiment:
-            return _run_experiment(root, cfg, overrides, experiment_name or flow_run.get_name())
+            return _run_experiment(root, cfg, overrides, name)
         stages = stages_in_order(root)
         runs = _reproduce_all(root, stages, cfg)
         _report(root, root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")

@@ -24,10 +24,11 @@ from prefect.runtime import flow_run
 from flows import registry
 from flows.artifacts import flatten, markdown_table, read_metrics
 from flows.commands import dvc, run
-from flows.config import RetrainConfig, UnresolvedReference, load_config, resolve, workspace_params
+from flows.config import (RetrainConfig, UnresolvedReference, load_config, resolve, resolve_workspace,
+                          workspace_params)
 from flows.graph import changed_deps, stages_in_order, status_json
 from flows.lock import workspace_lock
-from flows.pipeline import pipeline, resolve_workspace
+from flows.pipeline import pipeline
 from stages.common.training import resolve_device
 
 
@@ -122,13 +123,13 @@ def _pipeline_metrics(root: Path) -> dict[str, Any]:
 
 
 @flow(name="retrain")
-def retrain(workspace: str = "", force: bool = False) -> dict[str, Any]:
+def retrain(force: bool = False) -> dict[str, Any]:
     """Rebuild on new raw data; promote the new model only if it beats the champion by the margin.
 
     force: run the pipeline and the comparison even when no raw input changed.
-    workspace: the DVC repository (default: the one these flows ship in).
+    The workspace is the one the flows are served for (flows/config.py: `resolve_workspace`).
     """
-    root = resolve_workspace(workspace)
+    root = resolve_workspace()
     cfg = load_config(root)
     log = get_run_logger()
     owner = f"flow run {flow_run.get_name()!r} ({flow_run.get_id()})"
@@ -140,7 +141,7 @@ def retrain(workspace: str = "", force: bool = False) -> dict[str, Any]:
             log.info("no new or changed raw data in %s (dvc status): nothing to run", ", ".join(raw_inputs))
             return {"decision": "nothing new", "raw_inputs": raw_inputs}
         log.info("new or changed raw data: %s", json.dumps(new_data) if new_data else "none, but force=true")
-        pipeline(workspace=str(root), experiment=False)
+        pipeline(experiment=False)
         return _challenge(root, cfg.retrain)
 
 

@@ -1,31 +1,49 @@
 """`python -m flows.serve`: a local Prefect server on 127.0.0.1 and the `pipeline` and `retrain` deployments.
 
-Starts `prefect server start` (SQLite under PREFECT_HOME, ~/.prefect by default; analytics off) unless
-one already answers on the port, then serves both deployments from this process until Ctrl-C, which
-also stops the server it started. The `retrain` schedule is not paused on shutdown (Prefect's default
-for `serve`), so it stays active across restarts of this process.
+Starts `prefect server start` (SQLite under PREFECT_HOME, ~/.prefect by default; analytics off), then
+serves both deployments from this process until Ctrl-C, which also stops the server. A flow run executes
+the workspace's DVC commands as the serving user, so the server is locked down:
+- basic authentication on every API call (the UI asks for the string once); the credentials are made on
+  first start and kept in `$PREFECT_HOME/refinery-server-auth` (mode 0600);
+- cross-origin requests only from the UI's own origin, http://127.0.0.1:<port> (Prefect has no setting
+  to check the Host header; a DNS-rebinding page is still refused, as it never has the credentials);
+- the deployments run only on `--workspace`: it is fixed here, not a run parameter (flows/config.py).
+A server already on the port is used only with `--attach` and its credentials (PREFECT_API_AUTH_STRING,
+else the stored file). The `retrain` schedule is not paused on shutdown (Prefect's default for `serve`),
+so it stays active across restarts of this process.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import logging
 import os
+import secrets
+import socket
+import stat
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
-ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"  # loopback only: the server has no authentication
+from flows.config import ROOT, WORKSPACE_ENV
+
+HOST = "127.0.0.1"  # loopback only
 SERVER_START_TIMEOUT_S = 120
+CREDENTIALS_FILE = "refinery-server-auth"
+AUTH_USER = "refinery"
 
 log = logging.getLogger("refinery.flows.serve")
 
 
-def serve_env(api_url: str) -> dict[str, str]:
-    """Set before Prefect is imported: its settings are read from the environment at import."""
-    return {"PREFECT_API_URL": api_url, "PREFECT_SERVER_API_HOST": HOST, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+def client_env(api_url: str, auth_string: str, workspace: Path) -> dict[str, str]:
+    """Set before Prefect is imported: its settings are read from the environment at import. Flow runs,
+    subprocesses of this one, inherit it."""
+    return {"PREFECT_API_URL": api_url, "PREFECT_API_AUTH_STRING": auth_string, WORKSPACE_ENV: str(workspace),
             "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
             # a run started in the UI begins within 2 s instead of Prefect's 10 s poll (a local SQLite server)
             "PREFECT_RUNNER_POLL_FREQUENCY": os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY", "2"),
@@ -33,7 +51,42 @@ def serve_env(api_url: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
 
 
+def server_env(port: int, auth_string: str) -> dict[str, str]:
+    """The server's own settings: authentication, and CORS for the UI's origin only (Prefect allows `*`)."""
+    return {"PREFECT_SERVER_API_HOST": HOST, "PREFECT_SERVER_API_PORT": str(port),
+            "PREFECT_SERVER_API_AUTH_STRING": auth_string,
+            "PREFECT_SERVER_CORS_ALLOWED_ORIGINS": f"http://{HOST}:{port}",
+            "PREFECT_UI_API_URL": f"http://{HOST}:{port}/api",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+
+
+def credentials_path() -> Path:
+    return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser() / CREDENTIALS_FILE
+
+
+def load_or_create_credentials(path: Path) -> tuple[str, bool]:
+    """The stored auth string (`user:password`), made on first use; returns it and whether it is new."""
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise PermissionError(f"{path} is readable by other users (mode {mode:o}); run `chmod 600 {path}`")
+        return path.read_text(encoding="utf-8").strip(), False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    auth_string = f"{AUTH_USER}:{secrets.token_urlsafe(32)}"
+    # O_EXCL + mode: the file never exists with wider permissions, and two first starts cannot both write it
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(auth_string + "\n")
+    return auth_string, True
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((HOST, port)) == 0
+
+
 def is_healthy(api_url: str) -> bool:
+    """`/health` answers without credentials (Prefect exempts it)."""
     try:
         with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
             return response.status == 200
@@ -41,11 +94,27 @@ def is_healthy(api_url: str) -> bool:
         return False
 
 
-def start_server(port: int, api_url: str) -> subprocess.Popen:
-    """`prefect server start` on the loopback interface; returns once the API answers."""
+def api_status(api_url: str, auth_string: str | None) -> int:
+    """HTTP status of an API read (`/admin/version`), with or without the credentials."""
+    request = urllib.request.Request(f"{api_url}/admin/version")
+    if auth_string is not None:
+        token = base64.b64encode(auth_string.encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def start_server(port: int, auth_string: str, base_env: Mapping[str, str] = os.environ, ui: bool = True,
+                 output: IO | None = None) -> subprocess.Popen:
+    """`prefect server start` on the loopback interface; returns once it answers and demands `auth_string`."""
+    api_url = f"http://{HOST}:{port}/api"
     args = [str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", HOST, "--port", str(port),
-            "--analytics-off"]
-    server = subprocess.Popen(args, env=os.environ.copy())
+            "--analytics-off", *([] if ui else ["--no-ui"])]
+    server = subprocess.Popen(args, env={**base_env, **server_env(port, auth_string)}, stdout=output,
+                              stderr=subprocess.STDOUT if output else None)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while not is_healthy(api_url):
         if server.poll() is not None:
@@ -54,7 +123,28 @@ def start_server(port: int, api_url: str) -> subprocess.Popen:
             server.terminate()
             raise TimeoutError(f"Prefect server did not answer on {api_url} within {SERVER_START_TIMEOUT_S} s")
         time.sleep(0.5)
+    # Another process may have taken the port between our check and the start: make sure the server that
+    # answers is ours (it refuses requests without our credentials and accepts them).
+    if server.poll() is not None or api_status(api_url, None) != 401 or api_status(api_url, auth_string) != 200:
+        server.terminate()
+        raise RuntimeError(f"port {port}: the server answering is not the one just started; stop the other one")
     return server
+
+
+def attach_credentials(port: int, api_url: str) -> str:
+    """The credentials for `--attach`: PREFECT_API_AUTH_STRING, else the stored file; checked against the server."""
+    auth_string = os.environ.get("PREFECT_API_AUTH_STRING")
+    if not auth_string and credentials_path().is_file():
+        auth_string, _ = load_or_create_credentials(credentials_path())
+    if not auth_string:
+        sys.exit(f"--attach: no credentials for the server on port {port}: set PREFECT_API_AUTH_STRING")
+    status = api_status(api_url, auth_string)
+    if status != 200:
+        sys.exit(f"--attach: the server on port {port} refused the credentials (HTTP {status})")
+    if api_status(api_url, None) == 200:
+        log.warning("the server on port %d answers without credentials: anyone on this machine can start runs",
+                    port)
+    return auth_string
 
 
 def deployments(workspace: Path) -> list:
@@ -67,17 +157,17 @@ def deployments(workspace: Path) -> list:
     from flows.retrain import retrain
 
     cfg = load_config(workspace)
-    where = {} if workspace == ROOT else {"workspace": str(workspace)}
     common = {"entrypoint_type": EntrypointType.MODULE_PATH, "tags": ["refinery"]}
     return [
         pipeline.to_deployment(
-            name="pipeline", parameters={"experiment": True, **where}, **common,
-            description="Reproduce every DVC stage as a DVC experiment (`dvc exp show`); "
+            name="pipeline", parameters={"experiment": True}, **common,
+            description=f"Reproduce every DVC stage of {workspace} as a DVC experiment (`dvc exp show`); "
                         "set_params takes `dvc exp run --set-param` overrides such as train.max_steps=50."),
         retrain.to_deployment(
-            name="retrain", parameters=where, **common,
+            name="retrain", **common,
             schedules=[Cron(cfg.retrain.cron, timezone=cfg.retrain.timezone)],
-            description="On new raw data: rebuild, score against the champion, promote only if better."),
+            description=f"On new raw data in {workspace}: rebuild, score against the champion, promote only "
+                        "if better."),
     ]
 
 
@@ -85,17 +175,36 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("REFINERY_PREFECT_PORT", "4200")))
     parser.add_argument("--workspace", type=Path, default=ROOT, help="the DVC repository the flows run on")
+    parser.add_argument("--attach", action="store_true",
+                        help="use the server already on --port (credentials: PREFECT_API_AUTH_STRING, else "
+                             "the stored file) instead of starting one")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API request otherwise
     api_url = f"http://{HOST}:{args.port}/api"
-    os.environ.update(serve_env(api_url))
-    server = None if is_healthy(api_url) else start_server(args.port, api_url)
-    log.info("Prefect UI: http://%s:%d (server %s)", HOST, args.port, "started" if server else "already running")
+    ui_url = f"http://{HOST}:{args.port}"
+    workspace = args.workspace.resolve()
+    server = None
+    if args.attach:
+        if not port_in_use(args.port):
+            sys.exit(f"--attach: nothing answers on port {args.port}")
+        auth_string = attach_credentials(args.port, api_url)
+        log.info("Prefect UI: %s (attached to the server already running)", ui_url)
+    else:
+        if port_in_use(args.port):
+            sys.exit(f"port {args.port} is already in use by a server flows.serve did not start: stop it, "
+                     f"choose another --port, or pass --attach to use it")
+        path = credentials_path()
+        auth_string, created = load_or_create_credentials(path)
+        server = start_server(args.port, auth_string)
+        if created:
+            log.info("Prefect UI login, shown this once (kept in %s, mode 0600): %s", path, auth_string)
+        log.info("Prefect UI: %s (log in with the string in %s)", ui_url, path)
+    os.environ.update(client_env(api_url, auth_string, workspace))
     try:
         from prefect import serve
 
-        serve(*deployments(args.workspace.resolve()), pause_on_shutdown=False)
+        serve(*deployments(workspace), pause_on_shutdown=False)
     finally:
         if server is not None:
             server.terminate()

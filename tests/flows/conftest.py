@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import textwrap
-import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -14,10 +14,9 @@ from uuid import UUID
 import pytest
 import yaml
 
-from flows.serve import is_healthy
+from flows.config import WORKSPACE_ENV
+from flows.serve import CREDENTIALS_FILE, load_or_create_credentials, start_server
 from tests.conftest import BIN, ROOT, init_dvc_repo, sh
-
-SERVER_START_TIMEOUT_S = 120
 
 
 def free_port() -> int:
@@ -26,31 +25,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class PrefectServer:
+    api_url: str
+    port: int
+    auth_string: str  # what the UI's login asks for and PREFECT_API_AUTH_STRING holds
+
+    @property
+    def ui_url(self) -> str:
+        return self.api_url.removesuffix("/api")
+
+
 @pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """`prefect server start` on 127.0.0.1 with its own PREFECT_HOME and SQLite file; yields the API URL and
-    points this process's Prefect settings (and its children's environment) at it."""
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """The server `flows.serve` starts (authentication, CORS for its own origin only, UI included), on a free
+    loopback port with its own PREFECT_HOME and SQLite file; points this process's Prefect settings (and
+    its children's environment) at it, with its credentials."""
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
+    auth_string, _ = load_or_create_credentials(home / CREDENTIALS_FILE)
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_STATIC_DIRECTORY": str(home / "ui"),
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db"}
-    env.pop("PREFECT_API_URL", None)
+    for key in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING"):
+        env.pop(key, None)
     log = open(home / "server.log", "wb")
-    server = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                               "--analytics-off", "--no-ui"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while not is_healthy(api_url):
-        assert server.poll() is None, (home / "server.log").read_text()
-        assert time.monotonic() < deadline, "Prefect server did not start"
-        time.sleep(0.25)
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
-
-    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
-    os.environ.update(PREFECT_API_URL=api_url, PREFECT_HOME=str(home))  # for subprocesses started by tests
     try:
-        with temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_HOME: str(home)}):
-            yield api_url
+        server = start_server(port, auth_string, base_env=env, output=log)
+    except (RuntimeError, TimeoutError) as e:
+        raise AssertionError(f"{e}\n{(home / 'server.log').read_text()}") from e
+    api_url = f"http://127.0.0.1:{port}/api"
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    client = {"PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), "PREFECT_API_AUTH_STRING": auth_string}
+    saved = {k: os.environ.get(k) for k in client}
+    os.environ.update(client)  # for subprocesses started by tests
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_HOME: str(home),
+                                         PREFECT_API_AUTH_STRING: auth_string}):
+            yield PrefectServer(api_url, port, auth_string)
     finally:
         # Send what the log and event workers still hold while the server is up; else at exit they retry
         # a server that is gone, for over a minute.
@@ -67,6 +79,17 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> str:
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture
+def in_workspace(monkeypatch: pytest.MonkeyPatch):
+    """Point the flows (this process's and the subprocesses' of a test) at a repository, as
+    `flows.serve --workspace` does: the workspace is not a flow parameter."""
+    def use(repo: Path) -> Path:
+        monkeypatch.setenv(WORKSPACE_ENV, str(repo))
+        return repo
+
+    return use
 
 
 def shipped_config(**retrain: Any) -> dict[str, Any]:
@@ -147,12 +170,13 @@ TWO_STAGE_FILES = {
         json.dump({"length": n}, open("metrics/measure.json", "w"))
     """,
 }
-TWO_STAGE_PARAMS = {"count": {"n": 3, "sleep_s": 0, "fail": False}, "measure": {"unit": "chars"}}
+TWO_STAGE_PARAMS = {"count": {"n": 3, "sleep_s": 0, "fail": False}, "measure": {"unit": "chars", "work_dir": "work"}}
 
 
 @pytest.fixture
-def two_stage_repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "repo", TWO_STAGES, TWO_STAGE_PARAMS, TWO_STAGE_FILES)
+def two_stage_repo(tmp_path: Path, in_workspace) -> Path:
+    """The two-stage repo, as the flows' workspace."""
+    return in_workspace(make_repo(tmp_path / "repo", TWO_STAGES, TWO_STAGE_PARAMS, TWO_STAGE_FILES))
 
 
 def flow_run_id(state) -> UUID:

@@ -50,19 +50,19 @@ def merge_existing(section: dict[str, Any], tiny: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def project_repo(repo_copy: Path) -> Path:
+def project_repo(repo_copy: Path, in_workspace) -> Path:
     params = yaml.safe_load((repo_copy / "params.yaml").read_text())
     for name, tiny in TINY.items():
         merge_existing(params.get(name, {}), tiny)
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     (repo_copy / "flows").mkdir()
     shutil.copy2(ROOT / "flows" / "config.yaml", repo_copy / "flows" / "config.yaml")
-    return init_dvc_repo(repo_copy)
+    return in_workspace(init_dvc_repo(repo_copy))
 
 
 def test_pipeline_reproduces_every_stage_of_the_project(project_repo: Path):
     stages = list(yaml.safe_load((project_repo / "dvc.yaml").read_text())["stages"])
-    state = pipeline(workspace=str(project_repo), return_state=True)
+    state = pipeline(return_state=True)
     assert state.is_completed(), state.message
     result = state.result()
     assert sorted(r["stage"] for r in result["stages"]) == sorted(stages)
@@ -86,7 +86,7 @@ def test_pipeline_reproduces_every_stage_of_the_project(project_repo: Path):
         assert "model-comparison" in found
 
     start = time.perf_counter()
-    again = pipeline(workspace=str(project_repo))
+    again = pipeline()
     log.info("pipeline flow with every stage up to date: %.1f s", time.perf_counter() - start)
     assert all(r["outcome"] == "up to date" for r in again["stages"])
     assert "up to date" in dvc("status", cwd=project_repo)

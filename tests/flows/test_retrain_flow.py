@@ -87,13 +87,13 @@ def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def retrain_repo(tmp_path: Path, fixtures_dir: Path) -> Path:
+def retrain_repo(tmp_path: Path, fixtures_dir: Path, in_workspace) -> Path:
     config = shipped_config(raw_inputs=["raw"], candidates=["${train.model_dir}/model.safetensors"],
                             tokenizer="fixtures/tokenizer", eval_docs="fixtures/docs", min_improvement=0.01)
     repo = make_repo(tmp_path / "repo", PIPELINE, {"train": {"model_dir": "models/train"}},
                      {"pick.py": PICK, "raw/0001.txt": "model: a\n"}, config)
     shutil.copytree(fixtures_dir, repo / "fixtures")
-    return repo
+    return in_workspace(repo)
 
 
 def sha256(path: Path) -> str:
@@ -102,7 +102,7 @@ def sha256(path: Path) -> str:
 
 def test_promotes_better_keeps_worse_and_does_nothing_without_new_data(retrain_repo: Path):
     repo, champion = retrain_repo, retrain_repo / "models" / "champion"
-    first = retrain(workspace=str(repo))
+    first = retrain()
     assert first["decision"] == "promoted" and first["reason"].startswith("no champion yet")
     assert sha256(champion / MODEL_FILE) == sha256(repo / "fixtures" / "models" / "a.safetensors")
     assert (champion / "tokenizer" / "tokenizer.json").is_file()
@@ -110,13 +110,13 @@ def test_promotes_better_keeps_worse_and_does_nothing_without_new_data(retrain_r
     assert len(eval_set.splitlines()) == 40  # the val half of the fixture docs, frozen
 
     (repo / "raw" / "0002.txt").write_text("model: b\n")  # new data: a better model
-    second = retrain(workspace=str(repo))
+    second = retrain()
     assert second["decision"] == "promoted" and second["reason"].startswith("better")
     assert second["metrics"]["candidate"]["bits_per_byte"] < 0.99 * second["metrics"]["champion"]["bits_per_byte"]
     assert sha256(champion / MODEL_FILE) == sha256(repo / "fixtures" / "models" / "b.safetensors")
 
     (repo / "raw" / "0003.txt").write_text("model: c\n")  # new data: a worse model
-    third = retrain(workspace=str(repo))
+    third = retrain()
     assert third["decision"] == "kept champion" and third["reason"].startswith("not better")
     assert third["metrics"]["candidate"]["bits_per_byte"] > third["metrics"]["champion"]["bits_per_byte"]
     assert sha256(champion / MODEL_FILE) == sha256(repo / "fixtures" / "models" / "b.safetensors")
@@ -132,7 +132,7 @@ def test_promotes_better_keeps_worse_and_does_nothing_without_new_data(retrain_r
     assert last["git_revision"] == head_commit(repo) and last["candidate"]["path"] == "models/train/model.safetensors"
     assert last["pipeline_metrics"] == {"metrics/train.json": {"num_raw_files": 3}}
 
-    state = retrain(workspace=str(repo), return_state=True)  # nothing new
+    state = retrain(return_state=True)  # nothing new
     assert state.result()["decision"] == "nothing new"
     assert len(json.loads((repo / "models" / "registry.json").read_text())["entries"]) == 3
     # only the check ran: no pipeline subflow (it would show as a task run too), no evaluation

@@ -1,7 +1,9 @@
-"""`python -m flows.serve` against a real server: deployments, the retrain schedule, a run started as the UI
-starts one, and the schedule still active after the serving process stops."""
+"""`python -m flows.serve` against a real server: it refuses a server it did not start unless attached with
+the credentials; deployments, the retrain schedule, a run started as the UI starts one, a run pointed at
+another repository refused, and the schedule still active after the serving process stops."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flows.config import WORKSPACE_ENV
 from tests.conftest import ROOT
-from tests.flows.conftest import exp_show
+from tests.flows.conftest import PrefectServer, exp_show, make_repo
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,23 +40,43 @@ def wait_for_deployment(name: str, serve: subprocess.Popen, timeout_s: float = 9
             time.sleep(0.5)
 
 
-def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: Path, prefect_server: str,
+def test_serve_refuses_a_server_it_did_not_start(prefect_server: PrefectServer):
+    done = subprocess.run([sys.executable, "-m", "flows.serve", "--port", str(prefect_server.port)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"port {prefect_server.port} is already in use by a server flows.serve did not start: stop it, "
+        f"choose another --port, or pass --attach to use it"]
+
+    done = subprocess.run([sys.executable, "-m", "flows.serve", "--port", str(prefect_server.port), "--attach"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PREFECT_API_AUTH_STRING": "refinery:wrong"})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (f"--attach: the server on port {prefect_server.port} refused "
+                                                    f"the credentials (HTTP 401)")
+
+
+def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: Path, prefect_server: PrefectServer,
                                                                  tmp_path: Path):
-    port = prefect_server.rsplit(":", 1)[1].split("/")[0]
+    foreign = make_repo(tmp_path / "foreign", FOREIGN_DVC_YAML, {}, {})
     # Output to a file, not a pipe: the runs' logs can fill a pipe nobody reads until the end, and the
     # serving process would then block on its next write.
     log_path = tmp_path / "serve.log"
     # SIGINT back to its default in the child: a shell starting this suite in the background (`make test &`)
     # makes its commands ignore SIGINT, the child would inherit that and never see the Ctrl-C below.
-    serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--port", port, "--workspace", str(two_stage_repo)],
+    serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--port", str(prefect_server.port), "--attach",
+                              "--workspace", str(two_stage_repo)],
                              cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, WORKSPACE_ENV: str(foreign)},  # --workspace wins
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         retrain = wait_for_deployment("retrain/retrain", serve)
         cron = yaml.safe_load((ROOT / "flows" / "config.yaml").read_text())["retrain"]["cron"]
         assert [s.schedule.cron for s in retrain.schedules] == [cron] and retrain.schedules[0].active
-        assert retrain.parameters == {"workspace": str(two_stage_repo)}
-        assert read_deployment("pipeline/pipeline").parameters["experiment"] is True
+        assert retrain.parameters == {}
+        pipeline_deployment = read_deployment("pipeline/pipeline")
+        assert pipeline_deployment.parameters == {"experiment": True}
+        assert "workspace" not in pipeline_deployment.parameter_openapi_schema["properties"]
 
         # What the UI's "Run" button does: a flow run of the deployment, picked up by the serving process.
         from prefect.deployments import run_deployment
@@ -62,9 +85,25 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
                              timeout=180)
         assert run.state.is_completed(), run.state.message
         assert exp_show(two_stage_repo)["ui-run"]["metrics"]["metrics/measure.json"] == {"length": 12}
+
+        # The attack: a run pointed at another repository. Prefect's schema check lets unknown parameters
+        # through; the flow has no such parameter, so the run ends before anything runs.
+        refused = run_deployment("pipeline/pipeline", parameters={"workspace": str(foreign)}, timeout=180)
+        assert refused.state.is_crashed(), refused.state
+        assert not (foreign / "pwned").exists()
     finally:
         serve.send_signal(signal.SIGINT)  # Ctrl-C: the runner's graceful shutdown
         serve.wait(timeout=180)  # graceful shutdown is slow on a loaded 2-core machine
     output = log_path.read_text()
+    assert "but was provided with parameters ['experiment', 'workspace']" in output
     after = read_deployment("retrain/retrain")
     assert not after.paused and after.schedules[0].active, output
+
+
+# A repository whose one command would show that it ran.
+FOREIGN_DVC_YAML = """
+stages:
+  pwn:
+    cmd: touch pwned
+"""
+

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
 from flows.commands import CommandFailed, CommandResult
 from flows.registry import Evaluation, decide
+from flows.validation import check_experiment_name, check_overrides, looks_like_path, names_location
 from tests.conftest import ROOT
 
 
@@ -83,3 +85,63 @@ def test_comparison_table_has_a_row_per_model():
     assert markdown_table(rows).splitlines()[0] == "| model | size_mb | latency.p50_ms | speedup |"
     assert flatten({"a": {"b": 1}, "c": 2}) == {"a.b": 1, "c": 2}
     assert artifact_key("stage", "semantic_filter") == "stage-semantic-filter"
+
+
+PARAMS = {"train": {"max_steps": 400, "lr": 0.001, "device": "auto", "progress_bar": True, "model_dir": "models/train",
+                    "languages": ["en", "zh"], "optim": {"eps": 1e-8}},
+          "semantic_filter": {"work_dir": "data/work/semantic_filter"},
+          "clean": {"input": "data/raw/demo", "address": "", "pattern": "*"},
+          "perplexity": {"reference": {"checkpoint": ""}}}
+
+
+def test_overrides_of_existing_values_of_the_same_type_are_allowed():
+    check_overrides(["train.max_steps=50", "train.lr=1e-3", "train.device=cpu", "train.progress_bar=false",
+                     "train.languages=[en]", "train.optim.eps=1e-6", "clean.pattern='*.html'"], PARAMS)
+    check_overrides([], PARAMS)
+
+
+@pytest.mark.parametrize("override, reason", [
+    ("semantic_filter.work_dir=/some/folder", "'semantic_filter.work_dir' names a file or folder"),
+    ("semantic_filter.work_dir=scratch", "'semantic_filter.work_dir' names a file or folder"),
+    ("train.model_dir=models/x", "'train.model_dir' names a file or folder"),
+    ("clean.input=data/raw/other", "'clean.input' names a file or folder"),
+    ("clean.address=ray://elsewhere:10001", "'clean.address' names a file or folder"),
+    ("perplexity.reference.checkpoint=x", "'perplexity.reference.checkpoint' names a file or folder"),
+    ("clean.pattern=../../*", "the value looks like a path"),
+    ("train.device='~/x'", "the value looks like a path"),
+    ("train.languages=[en,../x]", "the value looks like a path"),
+    ("train.nope=1", "params.yaml has no key 'train.nope'"),
+    ("nope.max_steps=1", "params.yaml has no key 'nope.max_steps'"),
+    ("train.optim={eps: 1}", "'train.optim' is a section"),
+    ("train.max_steps=1.5", "'train.max_steps' must stay a int (now 400), got a float"),
+    ("train.max_steps=true", "must stay a int"),
+    ("train.lr=1", "'train.lr' must stay a float"),
+    ("train.device=${oc.env:HOME}", "interpolations"),
+    ("train.device='a${oc.env:HOME}'", "interpolations"),
+    ("+train.extra=1", "only a plain section.key=value"),
+    ("++train.max_steps=1", "only a plain section.key=value"),
+    ("~train.max_steps", "only a plain section.key=value"),
+    ("train.max_steps=1,2", "only a plain section.key=value"),
+    ("train@x.max_steps=1", "only a plain section.key=value"),
+    ("train.max_steps", "does not parse"),
+])
+def test_overrides_refused_name_the_override_and_why(override: str, reason: str):
+    with pytest.raises(ValueError, match=re.escape(reason)) as refused:
+        check_overrides(["train.max_steps=50", override], PARAMS)
+    assert str(refused.value).startswith(f"set_params {override!r}") and "\n" not in str(refused.value)
+
+
+def test_the_location_rule():
+    assert all(names_location(k) for k in ["a.out_dir", "a.tokens_dir", "a.metrics_path", "a.input", "a.raw_inputs",
+                                           "a.output", "a.labels_file", "a.checkpoint", "a.address", "a.url"])
+    assert not any(names_location(k) for k in ["a.max_steps", "a.checkpoint.every", "a.device", "a.dirty_ratio"])
+    assert looks_like_path("data/x") and looks_like_path("..") and looks_like_path("~") and looks_like_path(["a", "b\\c"])
+    assert not looks_like_path("cpu") and not looks_like_path(0.5) and not looks_like_path(["en"])
+
+
+def test_experiment_names():
+    for name in ["five", "ui-run", "exp_2024.01", "A" * 64]:
+        check_experiment_name(name)
+    for name in ["", "../x", "a/b", ".hidden", "-rf", "a..b", "x.lock", "x.", "a b", "é", "A" * 65, "a\nb"]:
+        with pytest.raises(ValueError, match=r"^experiment_name .* is not allowed: use 1-64 letters"):
+            check_experiment_name(name)
