@@ -11,8 +11,24 @@ verified on resume, the last K kept.
 
 All ranks write into `.step_<n>.tmp`; after a barrier rank 0 writes the manifest and the marker and
 renames the folder into place, so a crash at any point leaves either the complete checkpoint or none.
-On resume the newest checkpoint whose files all match the manifest is used; a damaged or incomplete
-one is logged and skipped. No pickle anywhere: DCP stores tensors, the rest is JSON and safetensors.
+On resume the newest checkpoint whose files all match the manifest and whose DCP metadata passes the
+allow-list below is used; a damaged, incomplete or refused one is logged and skipped.
+
+What loading trusts. A checkpoint folder may come from a shared DVC cache or remote, and whoever can
+write there can rewrite the manifest too (it is a digest, not a signature), so no file of a checkpoint
+is trusted to be free of code:
+- `.metadata` is a pickle (DCP's format). It is read by `read_metadata`, an unpickler that admits only
+  the globals DCP's metadata consists of (its dataclasses, `torch.Size`, dtypes, layouts, a path); any
+  other reference raises `RefusedCheckpoint` naming the file, before DCP reads anything else, and so
+  does metadata that points DCP at files outside the folder.
+- The `.distcp` shards hold tensors, which DCP reads with `torch.load(weights_only=True)`, and a few
+  non-tensor items (the optimizer's param_groups: numbers, flags, betas, parameter names), which DCP's
+  default planner would unpickle with `weights_only=False`; this module's planner reads them with
+  `weights_only=True` too.
+- RNG states are safetensors and the train state is JSON: neither format can carry code.
+What stays trusted: this code and the libraries it runs (torch's weights-only unpickler, safetensors,
+the json module), and the other processes of the same job (DCP exchanges its plans between ranks as
+pickles over the process group). The consolidated model (`stages.common.model`) is one safetensors file.
 
 Every checkpoint carries its run's fingerprint (`fingerprint`: the params that shape the weights, the
 input data, the code); `resume` continues only a run with the same fingerprint and clears the others.
@@ -21,8 +37,10 @@ The train, prune and qat stages all checkpoint and resume through this module.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
+import pickle
 import re
 import shutil
 import warnings
@@ -37,6 +55,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from stages.common.atomic import SUCCESS_MARKER, file_digest
@@ -135,6 +157,10 @@ def verify(path: Path) -> str | None:
             return f"missing file {name}"
         if file.stat().st_size != expected["bytes"] or file_digest(file) != expected["xxh3_128"]:
             return f"damaged file {name} (size or digest differs from the manifest)"
+    try:
+        read_metadata(path)  # the manifest proves nothing about a folder whose manifest was rewritten too
+    except (OSError, RefusedCheckpoint) as e:
+        return str(e)
     return None
 
 
@@ -153,11 +179,111 @@ def newest_valid(root: Path) -> Path | None:
     return Path(choice[0]) if choice[0] else None
 
 
+class RefusedCheckpoint(pickle.UnpicklingError):
+    """A checkpoint file that would need more than plain checkpoint data to load (tampered, or not ours)."""
+
+
+# Every global a DCP `.metadata` pickle of this module's checkpoints references, listed from real
+# checkpoints (train, prune and QAT models; one process, DDP, FSDP2, TP and PP under torchrun) by an
+# unpickler that records what it is asked to import. Each one, called with any arguments, only builds
+# a value: a dataclass, an enum member, a tuple of ints, a path object, a layout looked up by name.
+_METADATA_GLOBALS = frozenset({
+    *(("torch.distributed.checkpoint.metadata", name) for name in (
+        "Metadata", "StorageMeta", "MetadataIndex", "TensorStorageMetadata", "BytesStorageMetadata",
+        "ChunkStorageMetadata", "TensorProperties", "_MEM_FORMAT_ENCODING")),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),  # how torch pickles a torch.layout
+    ("pathlib", "PosixPath"),  # StorageMeta.checkpoint_id: the folder it was saved to
+    *(("torch", name) for name, value in vars(torch).items() if isinstance(value, torch.dtype)),
+})
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def __init__(self, file: io.BufferedIOBase, path: Path) -> None:
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        # The only way a pickle reaches a callable is through here (GLOBAL, STACK_GLOBAL and the
+        # copyreg extension codes all ask find_class), so nothing outside the allow-list can run.
+        if (module, name) not in _METADATA_GLOBALS:
+            raise RefusedCheckpoint(f"refusing to load {self.path}: it references {module}.{name}, "
+                                    "which a checkpoint never contains")
+        return super().find_class(module, name)
+
+
+def read_metadata(path: Path) -> Metadata:
+    """The DCP metadata of checkpoint folder `path` (what `FileSystemReader.read_metadata` returns, but
+    unpickled through the allow-list above): raises `RefusedCheckpoint` naming the file if it is
+    anything else, or if it points DCP at data outside the folder."""
+    file = path / ".metadata"
+    with file.open("rb") as f:
+        try:
+            metadata = _MetadataUnpickler(f, file).load()
+        except RefusedCheckpoint:
+            raise
+        except Exception as e:  # a truncated or garbled pickle fails in many ways; all mean the same
+            raise RefusedCheckpoint(f"refusing to load {file}: not readable DCP metadata ({e!r})") from e
+    if not isinstance(metadata, Metadata):
+        raise RefusedCheckpoint(f"refusing to load {file}: it holds a {type(metadata).__name__}, not DCP metadata")
+    for info in (metadata.storage_data or {}).values():
+        name = getattr(info, "relative_path", None)
+        if not isinstance(name, str) or name != Path(name).name or name.startswith("."):
+            raise RefusedCheckpoint(f"refusing to load {file}: it points at {name!r}, outside the checkpoint's shards")
+    return metadata
+
+
+class _Reader(dcp.FileSystemReader):
+    """DCP's file reader with its one pickle, `.metadata`, read through `read_metadata`. (No `rank`
+    keyword: this module never writes per-rank metadata, so DCP has no fallback file to try.)"""
+
+    def read_metadata(self) -> Metadata:
+        metadata = read_metadata(Path(self.path))
+        if metadata.storage_meta is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _LoadPlanner(DefaultLoadPlanner):
+    """DCP's default planner, except that non-tensor items (the optimizer's param_groups: floats, bools,
+    a tuple of betas, parameter names) are read with torch's weights-only unpickler, which builds only
+    plain containers, numbers, strings and tensors. DefaultLoadPlanner uses `weights_only=False`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        try:
+            obj = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise RefusedCheckpoint(f"refusing to load {self.path}: its item {fqn} is not plain data "
+                                    f"({str(e).splitlines()[0]})") from e
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], obj)
+        else:
+            self.state_dict[fqn] = obj
+
+
+def _dcp_load(state: dict[str, Any], path: Path, no_dist: bool) -> None:
+    read_metadata(path)  # refuses a tampered folder with its own error (dcp.load would wrap it in another)
+    try:
+        dcp.load(state, storage_reader=_Reader(path), planner=_LoadPlanner(path), no_dist=no_dist)
+    except dcp.CheckpointException as e:  # DCP gathers every rank's error into one; a refusal is the headline
+        refused = [error for error, _ in e.failures.values() if isinstance(error, RefusedCheckpoint)]
+        if refused:
+            raise refused[0] from e
+        raise
+
+
 def load(path: Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Collective: load model, optimizer and this rank's RNG state; returns the train state."""
     model_state, optim_state = get_state_dict(module, optimizer)  # initialises empty optimizer state
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+    _dcp_load(state, path, no_dist=not dist.is_initialized())
     set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     rng_file = path / f"rng_rank{_rank():05d}.safetensors"
     if rng_file.is_file():
@@ -196,14 +322,13 @@ def consolidate(path: Path, config: ModelConfig, out_file: Path) -> Transformer:
     """Rebuild the full model from a (sharded) checkpoint on this process alone and write it as one
     safetensors file (`stages.common.model` format)."""
     model = Transformer(config)
-    saved = {key.removeprefix("model.") for key in dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-             if key.startswith("model.")}
+    saved = {key.removeprefix("model.") for key in read_metadata(path).state_dict_metadata if key.startswith("model.")}
     wanted = {k: v for k, v in model.state_dict().items() if k in saved}
     missing = set(model.state_dict()) - saved - ({TIED_OUTPUT} if config.tie_embeddings else set())
     if missing:
         raise ValueError(f"{path}: checkpoint lacks {sorted(missing)[:5]}")
     state = {"model": wanted}
-    dcp.load(state, checkpoint_id=path, no_dist=True)
+    _dcp_load(state, path, no_dist=True)
     model.load_state_dict(state["model"], strict=False)
     save_checkpoint(model, out_file)
     return model
