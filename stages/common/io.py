@@ -32,16 +32,21 @@ QUARANTINE_SCHEMA = pa.schema([
 
 
 class ShardWriter:
-    """Writes rows to `<folder>/part-00000.parquet`, ... rolling to a new file every `rows_per_shard`."""
+    """Writes rows to `<folder>/part-00000.parquet`, ... rolling to a new file every `rows_per_shard`.
+    Rows are buffered up to `rows_per_group` rows or about `chars_per_group` characters of strings,
+    whichever comes first, so a run of megabyte-sized rows does not hold gigabytes."""
 
-    def __init__(self, folder: Path, schema: pa.Schema, rows_per_shard: int, rows_per_group: int = 2000) -> None:
+    def __init__(self, folder: Path, schema: pa.Schema, rows_per_shard: int, rows_per_group: int = 2000,
+                 chars_per_group: int = 64 << 20) -> None:
         self.folder = folder
         self.schema = schema
         self.rows_per_shard = rows_per_shard
         self.rows_per_group = rows_per_group
+        self.chars_per_group = chars_per_group
         self.num_rows = 0
         self.num_shards = 0
         self._buffer: list[dict[str, Any]] = []
+        self._buffered_chars = 0
         self._writer: pq.ParquetWriter | None = None
         self._rows_in_shard = 0
         folder.mkdir(parents=True, exist_ok=True)
@@ -49,10 +54,12 @@ class ShardWriter:
     def write(self, row: dict[str, Any]) -> None:
         self._buffer.append(row)
         self.num_rows += 1
-        if len(self._buffer) >= self.rows_per_group:
+        self._buffered_chars += sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
+        if len(self._buffer) >= self.rows_per_group or self._buffered_chars >= self.chars_per_group:
             self._flush()
 
     def _flush(self) -> None:
+        self._buffered_chars = 0
         while self._buffer:
             if self._writer is None:
                 path = self.folder / f"part-{self.num_shards:05d}.parquet"
