@@ -11,11 +11,15 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from stages.common.params import param
+
 CJK_LANGS = frozenset({"zh", "ja", "ko"})
 _CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _BULLET_RE = re.compile(r"^\s*(?:[-*•·‣◦▪●]|\d+[.)])\s")
 _ELLIPSIS_RE = re.compile(r"(?:\.\.\.|…)\s*$")
-_WORD_WITH_LETTER_RE = re.compile(r"\S*?[^\W\d_]\S*")
+# From a word's first letter to its end: one match per word that has a letter. (`\S*?` in front, to
+# match whole words, retries every position of a word without letters: quadratic on a long one.)
+_WORD_WITH_LETTER_RE = re.compile(r"[^\W\d_]\S*")
 # Gopher's stop words: real English prose contains at least two of them.
 EN_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 _EN_STOP_WORD_RE = re.compile(r"\b(?:" + "|".join(sorted(EN_STOP_WORDS)) + r")\b", re.I)
@@ -23,24 +27,24 @@ _EN_STOP_WORD_RE = re.compile(r"\b(?:" + "|".join(sorted(EN_STOP_WORDS)) + r")\b
 
 @dataclass(frozen=True)
 class QualityParams:
-    min_chars: int = 50  # languages written with spaces; CJK text uses min_cjk_chars
+    min_chars: int = param(50, min=0)  # languages written with spaces; CJK text uses min_cjk_chars
     # word-based rules (languages written with spaces)
-    min_words: int = 10
-    min_mean_word_length: float = 2.0
-    max_mean_word_length: float = 12.0
-    max_symbol_word_ratio: float = 0.1
-    min_alpha_word_ratio: float = 0.4
-    min_stop_words_en: int = 2
+    min_words: int = param(10, min=0)
+    min_mean_word_length: float = param(2.0, min=0.0)
+    max_mean_word_length: float = param(12.0, min=0.0)
+    max_symbol_word_ratio: float = param(0.1, min=0.0)  # per word: can exceed 1
+    min_alpha_word_ratio: float = param(0.4, min=0.0, max=1.0)
+    min_stop_words_en: int = param(2, min=0)
     # character-based rules (zh, ja, ko)
-    min_cjk_chars: int = 20
-    min_cjk_ratio: float = 0.15
+    min_cjk_chars: int = param(20, min=0)
+    min_cjk_ratio: float = param(0.15, min=0.0, max=1.0)
     # layout and repetition rules (all languages)
-    max_bullet_line_ratio: float = 0.9
-    max_ellipsis_line_ratio: float = 0.3
-    max_dup_line_ratio: float = 0.5
-    max_dup_line_char_ratio: float = 0.35
-    max_top_2gram_ratio: float = 0.2
-    max_dup_ngram_char_ratio: float = 0.45
+    max_bullet_line_ratio: float = param(0.9, min=0.0, max=1.0)
+    max_ellipsis_line_ratio: float = param(0.3, min=0.0, max=1.0)
+    max_dup_line_ratio: float = param(0.5, min=0.0, max=1.0)
+    max_dup_line_char_ratio: float = param(0.35, min=0.0, max=1.0)
+    max_top_2gram_ratio: float = param(0.2, min=0.0, max=1.0)
+    max_dup_ngram_char_ratio: float = param(0.45, min=0.0, max=1.0)
 
 
 def _tokens(text: str, lang: str) -> list[str]:

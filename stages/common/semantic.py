@@ -28,6 +28,7 @@ from torch import nn
 from tqdm import tqdm
 
 from stages.common.atomic import file_digest
+from stages.common.params import param
 from stages.common.quality import CJK_LANGS
 
 log = logging.getLogger("refinery.semantic")
@@ -38,7 +39,8 @@ KEEP = "keep"
 
 _CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 _WORD_RE = re.compile(r"[^\W_]+")
-_FORMAT_SPEC_RE = re.compile(r"%(?:\d+\$)?[-+ #0]*\d*(?:\.\d+)?[sdifuxXcpgeE]|\{\d*\}|%\(\w+\)[sd]")
+# possessive quantifiers: the same matches, without the cubic backtracking of overlapping `0` runs
+_FORMAT_SPEC_RE = re.compile(r"%(?:\d++\$)?[-+ #0]*+\d*+(?:\.\d++)?[sdifuxXcpgeE]|\{\d*\}|%\(\w+\)[sd]")
 _OPTION_LINE_RE = re.compile(r"^\s*-{1,2}[A-Za-z]")
 _SENTENCE_END_RE = re.compile(r"[.!?。！？…:;：；]\s*$")
 _DIGIT_RE = re.compile(r"\d")
@@ -78,10 +80,10 @@ def layout_features(text: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class NgramParams:
-    num_buckets: int = 1 << 18
-    word_ngrams: tuple[int, ...] = (1, 2)  # languages written with spaces
-    cjk_char_ngrams: tuple[int, ...] = (1, 2, 3)
-    max_chars: int = 4000  # n-grams are taken from the first characters only
+    num_buckets: int = param(1 << 18, min=1)
+    word_ngrams: tuple[int, ...] = param((1, 2), min=1)  # languages written with spaces
+    cjk_char_ngrams: tuple[int, ...] = param((1, 2, 3), min=1)
+    max_chars: int = param(4000, min=1)  # n-grams are taken from the first characters only
 
 
 def hashed_ngrams(text: str, lang: str, params: NgramParams) -> tuple[np.ndarray, np.ndarray]:
