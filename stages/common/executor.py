@@ -9,20 +9,28 @@ come back in shard order, so whatever is global (clean's dedup index, perplexity
 sees documents in input order and the outputs do not depend on the executor or the worker count.
 
 The work folder carries a fingerprint of what its shards were computed from (params, input files, the
-stages' code); another fingerprint clears it. The stage deletes it once its outputs are published.
+stages' code); another fingerprint clears it, and a folder without one is refused (it is not the stage's).
+The run using it holds a lock file in it, so a second run on the same folder stops at once, naming the
+first. The stage deletes it once its outputs are published. Pool workers end when the stage process ends,
+even when it is killed.
 On a multi-node cluster `work_dir`, the stage's inputs and outputs and this checkout must be on a shared
 filesystem at the same path on every node (the driver reads the shard results the workers write).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib
 import json
 import logging
 import multiprocessing
 import os
+import select
 import shutil
+import socket
 import sys
+import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -31,12 +39,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stages.common.atomic import atomic_dir, is_complete, write_json
+from stages.common.atomic import WORK_LOCK, WORK_MARKER, atomic_dir, check_replaceable, is_complete, write_json
 
 log = logging.getLogger("refinery.executor")
 EXECUTORS = ("local", "ray")
 SUMMARY = "summary.json"
-FINGERPRINT = "_FINGERPRINT"
+FINGERPRINT = WORK_MARKER
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: Ray workers import `stages` from here
 # Params that choose where the work runs, not what it computes: changing them keeps finished shards.
 PLACEMENT_KEYS = ("executor", "address", "num_workers", "num_threads")
@@ -68,22 +76,66 @@ def fingerprint(params: Any, files: Iterable[str | Path] = (), extra: bytes = b"
 
 
 class WorkDir:
-    """`<path>/shard-<i>/` per shard; computed from what `_FINGERPRINT` says, else cleared on open."""
+    """`<path>/shard-<i>/` per shard; computed from what `_FINGERPRINT` says, else cleared on open. Opening
+    takes the folder's lock (held until `remove` or the end of the process); a folder that exists with
+    content but no fingerprint is refused, as is one another process holds."""
 
-    def __init__(self, path: str | Path, digest: str) -> None:
+    def __init__(self, path: str | Path, digest: str, key: str = "work_dir") -> None:
         self.path = Path(path).resolve()  # workers may run in another working directory
-        marker = self.path / FINGERPRINT
-        if self.path.exists() and not (marker.is_file() and marker.read_text() == digest):
-            log.info("work folder %s holds shards of other settings: clearing it", self.path)
-            shutil.rmtree(self.path)
+        check_replaceable(self.path, FINGERPRINT, key, frozenset({WORK_LOCK}))
         self.path.mkdir(parents=True, exist_ok=True)
-        marker.write_text(digest)
+        _lock(self.path)
+        marker = self.path / FINGERPRINT
+        if not (marker.is_file() and marker.read_text() == digest):
+            entries = [e for e in self.path.iterdir() if e.name != WORK_LOCK]
+            if entries:
+                log.info("work folder %s holds shards of other settings: clearing it", self.path)
+            for entry in entries:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            marker.write_text(digest)
 
     def shard(self, index: int) -> Path:
         return self.path / f"shard-{index:05d}"
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        _unlock(self.path)
+
+
+# Work folders whose lock this process holds (lock file descriptors): opening one again in this process
+# (a stage run again after a failure, in tests) is no conflict.
+_held: dict[Path, int] = {}
+
+
+def _lock(folder: Path) -> None:
+    """flock the folder's lock file and write who holds it; RuntimeError naming the holder if another
+    process does. The kernel releases the lock when the holder ends, however it ends."""
+    lock_file = folder / WORK_LOCK
+    held = _held.get(folder)
+    if held is not None:
+        if lock_file.exists() and os.path.samestat(os.fstat(held), lock_file.stat()):
+            return
+        _unlock(folder)  # the folder was deleted and made again since
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise RuntimeError(f"work folder {folder} is in use by {holder}; wait for that run to end or stop it") from None
+    command = " ".join(sys.orig_argv).replace("\n", " ")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} ({command})\n".encode())
+    _held[folder] = fd
+
+
+def _unlock(folder: Path) -> None:
+    fd = _held.pop(folder, None)
+    if fd is not None:
+        os.close(fd)
 
 
 ShardFn = Callable[[Any, Path], dict[str, Any]]  # (payload, folder to fill) -> small JSON summary
@@ -104,10 +156,40 @@ class ShardResult:
     resumed: bool  # finished by an earlier run
 
 
+def _die_with(driver_pid: int) -> None:
+    """End this worker process when the driver ends. A pool worker would outlive a killed driver: its
+    parent is the forkserver, not the driver, and it waits on a queue whose writing end it holds itself."""
+    if hasattr(os, "pidfd_open"):  # Linux: a descriptor that turns readable when the driver exits
+        pidfd = os.pidfd_open(driver_pid)  # ProcessLookupError (the worker fails to start) if already gone
+
+        def wait() -> None:
+            select.select([pidfd], [], [])
+    else:
+        def wait() -> None:
+            while True:
+                time.sleep(0.5)
+                try:
+                    os.kill(driver_pid, 0)
+                except ProcessLookupError:
+                    return
+
+    def watch() -> None:
+        wait()
+        os._exit(1)  # mid-shard: the shard never gets its marker, and the next run redoes it
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
+
+
+def _start_worker(driver_pid: int, initializer: Callable[..., None], initargs: tuple) -> None:
+    _die_with(driver_pid)
+    initializer(*initargs)
+
+
 class _LocalPool:
     """A process pool (inline when one worker, so a stage can keep its own threads, e.g. torch's). Workers
     come from a forkserver, not a fork of this process: a fork of a process whose threads (OpenMP, Arrow)
-    have run leaves locks held in the child, which then hangs in its first parallel region."""
+    have run leaves locks held in the child, which then hangs in its first parallel region. Each worker
+    watches this process and exits when it ends."""
 
     def __init__(self, num_workers: int, initializer: Callable[..., None], initargs: tuple) -> None:
         self.capacity = num_workers
@@ -115,8 +197,8 @@ class _LocalPool:
         if num_workers == 1:
             initializer(*initargs)
         else:
-            self._pool = ProcessPoolExecutor(num_workers, multiprocessing.get_context("forkserver"),
-                                             _importable(initializer), initargs)
+            self._pool = ProcessPoolExecutor(num_workers, multiprocessing.get_context("forkserver"), _start_worker,
+                                             (os.getpid(), _importable(initializer), initargs))
 
     def submit(self, fn: ShardFn, payload: Any, folder: str) -> Future | dict[str, Any]:
         if self._pool is None:
@@ -166,12 +248,18 @@ def init_ray(address: str, num_cpus: int = 0) -> bool:
     local one with `num_cpus` CPUs (0: all) whose servers all listen on 127.0.0.1, without dashboard or
     usage stats. Nothing when this process is already connected. True when this call connected."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not address:  # node IP 127.0.0.1 (what Ray does on macOS): read when ray is first imported
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if not address:  # node IP 127.0.0.1, as Ray does on macOS: the processes it starts read this variable
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
     if ray.is_initialized():
         return False
+    if not address:
+        # This process read the variable when it first imported ray, perhaps before this call. (ray.init's
+        # `_node_ip_address="127.0.0.1"` does not help: Ray swaps a loopback address for the node's IP.)
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
     runtime_env = {"env_vars": {"PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}}
     if address:
         ray.init(address=address, runtime_env=runtime_env, configure_logging=False)

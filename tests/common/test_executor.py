@@ -1,9 +1,17 @@
 """The shard executor's local implementation: order, completion markers, resume, fingerprints.
 (The Ray implementation runs the same code paths in tests/integration/test_ray_executor.py.)"""
+import contextlib
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from stages.common.atomic import is_complete
@@ -86,3 +94,84 @@ def test_invalid_executor_is_named():
         check_executor("clean", "dask", "")
     with pytest.raises(ValueError, match="clean.address"):
         check_executor("clean", "local", "auto")
+
+
+def _sleep_in_shard(payload: tuple[int, str], folder: Path) -> dict:
+    value, log_dir = payload
+    (Path(log_dir) / f"pid-{value}").write_text(str(os.getpid()))
+    time.sleep(120)
+    return {"value": value}
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    from stages.common.executor import WorkDir, map_shards
+    from tests.common.test_executor import _init, _sleep_in_shard
+    work, log_dir = sys.argv[1:]
+    print("forkserver", flush=True)
+    list(map_shards(_sleep_in_shard, [(0, log_dir), (1, log_dir)], WorkDir(work, "fp"), "local", "", 2, _init, (1,)))
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_pool_workers_end_when_the_driver_is_killed(tmp_path):
+    """SIGKILL of the stage process alone: its workers (children of the forkserver) must not finish or
+    start shards behind it."""
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "work"), str(log_dir)])
+    try:
+        for _ in range(600):
+            if len(list(log_dir.glob("pid-*"))) == 2:
+                break
+            time.sleep(0.1)
+        workers = [int(p.read_text()) for p in log_dir.glob("pid-*")]
+        assert len(workers) == 2
+        helpers = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]  # forkserver, tracker
+        assert set(workers) <= set(helpers)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while any(map(_alive, helpers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in helpers if _alive(pid)]
+    finally:
+        for pid in [driver.pid] + [int(p.read_text()) for p in log_dir.glob("pid-*")]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+LISTENING = textwrap.dedent("""
+    import json, sys
+    import psutil
+    import ray  # imported before the stage starts Ray: ray reads its settings at import
+    from stages.common.executor import init_ray
+    assert init_ray("", num_cpus=1)
+    ray.get(ray.remote(lambda: 1).remote())  # a worker process is up too
+    me = psutil.Process()
+    addresses = set()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            addresses |= {(p.name(), c.laddr.ip) for c in p.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            pass
+    print(json.dumps(sorted(addresses)))
+    ray.shutdown()
+""")
+
+
+@pytest.mark.integration
+def test_a_local_ray_cluster_listens_on_loopback_only():
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    out = subprocess.run([sys.executable, "-c", LISTENING], capture_output=True, text=True, timeout=300, env=env,
+                         check=True).stdout
+    addresses = json.loads(out.strip().splitlines()[-1])
+    assert {name for name, _ in addresses} >= {"gcs_server", "raylet"}
+    assert [(name, ip) for name, ip in addresses if ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")] == []
