@@ -14,10 +14,15 @@ Invariant, checked before anything is published: kept + quarantined == records r
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import signal
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,16 +32,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
 from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter
-from stages.common.langid import LanguageIdentifier
+from stages.common.langid import LANGUAGES, LanguageIdentifier
 from stages.common.normalize import NormalizeOptions, normalize
 from stages.common.cli import stage_main
+from stages.common.params import param, validate
 from stages.common.pool import resolve_workers
 from stages.common.quality import QualityParams, QualityRules
-from stages.common.readers import RawRecord, Rejection, iter_raw, list_input_files, parse_raw
+from stages.common.readers import (DEFAULT_MAX_RECORD_BYTES, RawRecord, Record, Rejection, iter_raw,
+                                   list_input_files, parse_raw)
 
 log = logging.getLogger("refinery.clean")
 STAGE = "clean"
@@ -50,29 +57,30 @@ class Params:
     out_dir: str = "data/clean"
     metrics_path: str = "metrics/clean.json"
     reasons_plot_path: str = "metrics/clean_reasons.csv"  # reason,count: `dvc plots show` draws it
-    seed: int = 0
-    num_workers: int = 0  # 0 = all cores (executor ray: CPUs of the local cluster it starts)
-    batch_size: int = 1000  # records per task: one work shard
+    seed: int = param(0, min=0)
+    num_workers: int = param(0, min=0)  # 0 = all cores (executor ray: CPUs of the local cluster it starts)
+    batch_size: int = param(1000, min=1)  # records per task: one work shard
     executor: str = "local"  # local (process pool) | ray
     address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
     work_dir: str = "data/work/clean"  # per-shard results and completion markers, until the stage succeeds
-    rows_per_shard: int = 100_000
-    max_record_bytes: int = 1_000_000
-    languages: tuple[str, ...] = ("zh", "en")
-    min_lang_prob: float = 0.8
-    langid_max_chars: int = 400
-    langid_trials: int = 3
+    rows_per_shard: int = param(100_000, min=1)
+    max_record_bytes: int = param(DEFAULT_MAX_RECORD_BYTES, min=1)
+    allow_empty_input: bool = False  # an input without a single record is an error unless this is true
+    languages: tuple[str, ...] = param(("zh", "en"), choices=LANGUAGES, nonempty=True)  # as the detector names them
+    min_lang_prob: float = param(0.8, min=0.0, max=1.0)
+    langid_max_chars: int = param(400, min=1)
+    langid_trials: int = param(3, min=1)
+    record_time_budget_s: float = param(5.0, min=0.0)  # per record after parsing; 0 = unlimited
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     quality: QualityParams = field(default_factory=QualityParams)
     dedup: DedupParams = field(default_factory=DedupParams)
 
     def __post_init__(self) -> None:
-        if not self.languages:
-            raise ValueError("param 'clean.languages' must name at least one language")
-        if not 0.0 <= self.min_lang_prob <= 1.0:
-            raise ValueError(f"param 'clean.min_lang_prob' must be in [0, 1], got {self.min_lang_prob}")
-        if self.batch_size < 1 or self.rows_per_shard < 1:
-            raise ValueError("params 'clean.batch_size' and 'clean.rows_per_shard' must be >= 1")
+        validate(self, STAGE)
+        if self.quality.min_mean_word_length > self.quality.max_mean_word_length:
+            raise ValueError("param 'clean.quality.min_mean_word_length': must be <= "
+                             f"'clean.quality.max_mean_word_length', got {self.quality.min_mean_word_length} > "
+                             f"{self.quality.max_mean_word_length}")
         check_executor(STAGE, self.executor, self.address)
 
 
@@ -81,6 +89,40 @@ class Kept:
     row: dict[str, Any]
     key: bytes
     signature: np.ndarray | None
+
+
+class RecordTooSlow(Exception):
+    """A record's processing ran past `record_time_budget_s`."""
+
+
+def _raise_too_slow(signum: int, frame: Any) -> None:
+    raise RecordTooSlow
+
+
+@contextmanager
+def time_budget(seconds: float) -> Iterator[None]:
+    """Raise RecordTooSlow inside the block once `seconds` of wall time have passed (0: no limit).
+
+    It uses SIGALRM, so it works only in a process's main thread, which is where the local pool's workers,
+    the inline path (one worker) and Ray tasks run records; in another thread the block runs unlimited.
+    The signal interrupts Python code and regular expressions, but one long call into C code (the HTML
+    parser, Unicode normalisation) finishes before the exception is raised.
+    """
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, _raise_too_slow)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def original_record(parsed: Record) -> str:
+    """The record as read, for the quarantine."""
+    return json.dumps({"id": parsed.id, "text": parsed.text, **parsed.meta}, ensure_ascii=False, default=str)
 
 
 class Cleaner:
@@ -93,6 +135,9 @@ class Cleaner:
                                          keep=params.languages)
         self.rules = QualityRules(params.quality)
         self.signer = Signer(params.dedup, params.seed) if params.dedup.near else None
+        if params.record_time_budget_s and threading.current_thread() is not threading.main_thread():
+            log.warning("clean: records are processed outside a main thread, so 'clean.record_time_budget_s' "
+                        "cannot interrupt them")
 
     def process(self, raw: RawRecord, timings: Counter[str]) -> Kept | dict[str, Any]:
         t0 = time.perf_counter()
@@ -101,11 +146,19 @@ class Cleaner:
         timings["parse"] += t1 - t0
         if isinstance(parsed, Rejection):
             return quarantine_row(parsed.id, parsed.reason, parsed.source, parsed.index, parsed.original)
+        try:
+            with time_budget(self.p.record_time_budget_s):
+                return self._process_text(parsed, timings, t1)
+        except RecordTooSlow:
+            return quarantine_row(parsed.id, "invalid:too_slow", parsed.source, parsed.index, original_record(parsed))
+
+    def _process_text(self, parsed: Record, timings: Counter[str], t1: float) -> Kept | dict[str, Any]:
+        """Normalise, identify the language, apply the quality rules, compute the dedup keys."""
         text, _ = normalize(parsed.text, self.p.normalize)
         t2 = time.perf_counter()
         timings["normalize"] += t2 - t1
         meta = json.dumps(parsed.meta, ensure_ascii=False, default=str)
-        original = json.dumps({"id": parsed.id, "text": parsed.text, **parsed.meta}, ensure_ascii=False, default=str)
+        original = original_record(parsed)
         if len(text) < self.rules.min_any_chars:  # before language ID: the detector is the costly step
             return quarantine_row(parsed.id, "quality:too_short", parsed.source, parsed.index, original)
         lang = self.langid(text)
@@ -201,6 +254,7 @@ def _batches(raws, batch_size: int, counters: Counter[str]):
 
 def run(params: Params) -> dict[str, Any]:
     """Clean `params.input` into `params.out_dir`; return the metrics (also written to `metrics_path`)."""
+    check_owned_paths(STAGE, {"input": params.input}, {"out_dir": params.out_dir}, {"work_dir": params.work_dir})
     start = time.perf_counter()
     files = list_input_files(params.input, params.pattern)
     num_workers = resolve_workers(params.num_workers)
@@ -209,12 +263,18 @@ def run(params: Params) -> dict[str, Any]:
     reasons: Counter[str] = Counter()
     kept_langs: Counter[str] = Counter()
     timings: Counter[str] = Counter()
+    raws = iter_raw(files, params.max_record_bytes)
+    first = next(raws, None)  # before the work folder or any output is touched
+    if first is None and not params.allow_empty_input:
+        raise ValueError(f"param 'clean.input': {params.input!r} holds no records ({len(files)} file(s), empty or "
+                         "blank lines only); set 'clean.allow_empty_input: true' to publish an empty dataset")
+    raws = itertools.chain([first] if first else [], raws)
     index = DedupIndex(params.dedup, params.seed)
     work = WorkDir(params.work_dir, fingerprint(params, files))
     with atomic_dir(params.out_dir) as tmp:
         docs = ShardWriter(tmp / "docs", DOC_SCHEMA, params.rows_per_shard)
         quarantine = ShardWriter(tmp / "quarantine", QUARANTINE_SCHEMA, params.rows_per_shard)
-        shards = map_shards(_process_shard, _batches(iter_raw(files), params.batch_size, counts), work,
+        shards = map_shards(_process_shard, _batches(raws, params.batch_size, counts), work,
                             params.executor, params.address, num_workers, _init_worker, (params,))
         with tqdm(desc="clean", unit="doc", mininterval=2.0) as bar:
             for shard in shards:

@@ -99,20 +99,23 @@ from datasketch import MinHash, MinHashLSH
 from faker import Faker
 from pydoc_data.topics import topics as PYDOC_TOPICS
 
-from stages.common.atomic import atomic_dir, atomic_path
-from stages.common.params import load_section
+from stages.common.atomic import atomic_dir, atomic_path, check_owned_paths
+from stages.common.params import load_section, param, validate
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Params:
-    seed: int = 1234
-    num_docs: int = 24000
-    num_shards: int = 8
+    seed: int = param(1234, min=0)
+    num_docs: int = param(24000, min=1)
+    num_shards: int = param(8, min=1)
     out_dir: str = "data/raw/demo"
     labels_path: str = "data/raw/demo_labels.jsonl"
     semantic_labels_path: str = "data/labels/demo.jsonl"
+
+    def __post_init__(self) -> None:
+        validate(self, "demo_corpus")
 
 
 # locale -> (label language, weight, tld)
@@ -2549,6 +2552,7 @@ def write(docs: list[Doc], params: Params) -> tuple[int, int]:
 
 
 def run(params: Params) -> dict[str, int | float]:
+    check_owned_paths("demo_corpus", {}, {"out_dir": params.out_dir})
     if params.num_shards < 1:
         raise ValueError("num_shards must be >= 1")
     log.info("building %d demo records (seed %d)", params.num_docs, params.seed)

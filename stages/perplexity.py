@@ -40,15 +40,18 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.cli import stage_main
 from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
 from stages.common.io import ShardWriter, iter_rows, read_table
-from stages.common.model import CHECKPOINT_NAME, ModelConfig, Transformer, load_checkpoint, preset, save_checkpoint
+from stages.common.model import (CHECKPOINT_NAME, PRESETS, ModelConfig, Transformer, load_checkpoint, preset,
+                                 save_checkpoint)
+from stages.common.params import param, validate
 from stages.common.scoring import (CUTOFF_COLUMNS, HISTOGRAM_COLUMNS, POOLED, assign_tiers, compute_cutoffs,
                                    cutoff_rows, histogram_rows, read_cutoffs, score_documents)
 from stages.common.shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
-from stages.common.training import OptimParams, fit, resolve_device, resolve_precision, seed_everything
+from stages.common.training import (PRECISIONS, OptimParams, fit, resolve_device, resolve_precision,
+                                    seed_everything)
 
 log = logging.getLogger("refinery.perplexity")
 STAGE = "perplexity"
@@ -59,26 +62,22 @@ NEW_COLUMNS = [("perplexity", pa.float32()), ("tier", pa.string()), ("split", pa
 @dataclass(frozen=True)
 class ReferenceOptim(OptimParams):
     """The reference LM trains for a few hundred steps: a higher peak rate and a short warmup."""
-    lr: float = 2e-3
-    warmup_steps: int = 30
+    lr: float = param(2e-3, gt=0.0)  # a field declared again loses its rules: they are stated again
+    warmup_steps: int = param(30, min=0)
 
 
 @dataclass(frozen=True)
 class ReferenceParams:
     checkpoint: str = ""  # score with this checkpoint (e.g. a promoted model) instead of training one
     input_dir: str = ""  # train on these Parquet docs (id, text) instead of the subset of the input
-    preset: str = "cpu_small"  # stages.common.model.PRESETS
-    subset_fraction: float = 0.3  # per language: the top share by quality_score, else a seeded sample
-    steps: int = 300
-    batch_size: int = 16
+    preset: str = param("cpu_small", choices=PRESETS)
+    # per language: the top share by quality_score, else a seeded sample
+    subset_fraction: float = param(0.3, gt=0.0, max=1.0)
+    steps: int = param(300, min=1)
+    batch_size: int = param(16, min=1)
     optim: ReferenceOptim = field(default_factory=ReferenceOptim)
 
     def __post_init__(self) -> None:
-        if not 0 < self.subset_fraction <= 1:
-            raise ValueError("param 'perplexity.reference.subset_fraction' must be in (0, 1], "
-                             f"got {self.subset_fraction}")
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError("params 'perplexity.reference.steps' and '.batch_size' must be >= 1")
         if self.checkpoint and self.input_dir:
             raise ValueError("params 'perplexity.reference.checkpoint' and '.input_dir' exclude each other")
 
@@ -91,42 +90,33 @@ class Params:
     model_dir: str = "models/reference_lm"
     metrics_path: str = "metrics/perplexity.json"
     plot_path: str = "metrics/perplexity_hist.csv"
-    seed: int = 0
-    device: str = "auto"  # auto (cuda when available) | cpu | cuda
-    precision: str = "auto"  # auto (bf16 where native) | fp32 | bf16
-    num_threads: int = 0  # torch CPU threads; 0 = torch's default (all cores)
-    val_fraction: float = 0.02  # documents held out (hash of id) for validation
-    percentiles: tuple[float, ...] = (33.3, 66.7)  # cutoffs easy|medium and medium|hard
-    min_docs_per_lang: int = 100  # fewer: the language gets the pooled cutoffs
+    seed: int = param(0, min=0)
+    device: str = param("auto", choices=("auto", "cpu", "cuda"))  # auto: cuda when available
+    precision: str = param("auto", choices=PRECISIONS)  # auto (bf16 where native) | fp32 | bf16
+    num_threads: int = param(0, min=0)  # torch CPU threads; 0 = torch's default (all cores)
+    val_fraction: float = param(0.02, min=0.0, lt=1.0)  # documents held out (hash of id) for validation
+    percentiles: tuple[float, ...] = param((33.3, 66.7), gt=0.0, lt=100.0)  # cutoffs easy|medium and medium|hard
+    min_docs_per_lang: int = param(100, min=0)  # fewer: the language gets the pooled cutoffs
     cutoffs_from: str = "all"  # all | reference (the reference subset's scores) | path to a cutoffs CSV
-    max_score_tokens: int = 1024  # leading tokens scored per document; 0 = all
-    score_batch_tokens: int = 8192
-    read_batch_docs: int = 2048  # documents per tokenize/score/write batch (bounds memory)
-    rows_per_shard: int = 100_000
+    max_score_tokens: int = param(1024, min=0)  # leading tokens scored per document; 0 = all
+    score_batch_tokens: int = param(8192, min=1)
+    read_batch_docs: int = param(2048, min=1)  # documents per tokenize/score/write batch (bounds memory)
+    rows_per_shard: int = param(100_000, min=1)
     executor: str = "local"  # scoring: local (in this process, num_threads) | ray (one CPU per task)
     address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
-    num_workers: int = 0  # ray only: CPUs of the local cluster it starts; 0 = all cores
+    num_workers: int = param(0, min=0)  # ray only: CPUs of the local cluster it starts; 0 = all cores
     work_dir: str = "data/work/perplexity"  # per-shard scores and completion markers, until the stage succeeds
     reference: ReferenceParams = field(default_factory=ReferenceParams)
 
     def __post_init__(self) -> None:
+        validate(self, STAGE)
         if len(self.percentiles) != 2 or not 0 < self.percentiles[0] < self.percentiles[1] < 100:
             raise ValueError(f"param 'perplexity.percentiles' must be two increasing values in (0, 100), "
                              f"got {list(self.percentiles)}")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError(f"param 'perplexity.val_fraction' must be in [0, 1), got {self.val_fraction}")
         if self.cutoffs_from == "reference" and self.reference.input_dir:
             raise ValueError("param 'perplexity.cutoffs_from: reference' needs the reference subset of the input, "
                              "not 'reference.input_dir'")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"param 'perplexity.device' must be auto, cpu or cuda, got {self.device!r}")
         check_executor(STAGE, self.executor, self.address)
-        for name in ("max_score_tokens", "min_docs_per_lang", "num_threads", "num_workers"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"param 'perplexity.{name}' must be >= 0")
-        for name in ("score_batch_tokens", "read_batch_docs", "rows_per_shard"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"param 'perplexity.{name}' must be >= 1")
 
 
 @dataclass
@@ -322,6 +312,11 @@ def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers:
 
 def run(params: Params) -> dict[str, Any]:
     """Score and tier `params.input_dir`; return the metrics (also written to `metrics_path`)."""
+    cutoffs_file = "" if params.cutoffs_from in ("all", "reference") else params.cutoffs_from
+    check_owned_paths(STAGE, {"input_dir": params.input_dir, "tokenizer_dir": params.tokenizer_dir,
+                              "reference.checkpoint": params.reference.checkpoint,
+                              "reference.input_dir": params.reference.input_dir, "cutoffs_from": cutoffs_file},
+                      {"out_dir": params.out_dir, "model_dir": params.model_dir}, {"work_dir": params.work_dir})
     start = time.perf_counter()
     if params.num_threads:
         torch.set_num_threads(params.num_threads)

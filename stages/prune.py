@@ -37,16 +37,17 @@ import torch
 import torch.distributed as dist
 
 from stages.common import pruning
-from stages.common.atomic import atomic_dir, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
 from stages.common.distill import DistillParams, finetune, run_fingerprint
 from stages.common.evaluation import tier_perplexity, torch_token_nll
 from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
 from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
+from stages.common.params import param, validate
 from stages.common.pruning import METHODS, Keep, importance, prune, select, units_to_keep
 from stages.common.shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
-from stages.common.training import resolve_precision, seed_everything
+from stages.common.training import PRECISIONS, resolve_precision, seed_everything
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -59,36 +60,34 @@ class Params:
     out_dir: str = "models/pruned"
     metrics_path: str = "metrics/prune.json"
     checkpoint_dir: str = "models/prune_checkpoints"  # step_<i>/step_<n>/: each step's distillation checkpoints
-    seed: int = 0
-    device: str = "auto"  # auto (cuda when available) | cpu | cuda
-    precision: str = "auto"  # distillation autocast: auto | fp32 | bf16 (evaluation is always fp32)
-    num_threads: int = 0  # torch CPU threads per process; 0 = cores / processes
-    nproc_per_node: int = 1  # data-parallel processes torchrun starts (the student replicated by DDP)
-    max_restarts: int = 2  # torchrun restarts the workers after a failure; they resume from the last checkpoint
+    seed: int = param(0, min=0)
+    device: str = param("auto", choices=("auto", "cpu", "cuda"))  # auto: cuda when available
+    # distillation autocast: auto | fp32 | bf16 (evaluation is always fp32)
+    precision: str = param("auto", choices=PRECISIONS)
+    num_threads: int = param(0, min=0)  # torch CPU threads per process; 0 = cores / processes
+    nproc_per_node: int = param(1, min=1)  # data-parallel processes torchrun starts (the student replicated by DDP)
+    # torchrun restarts the workers after a failure; they resume from the last checkpoint
+    max_restarts: int = param(2, min=0)
     progress_bar: bool = True
-    method: str = "activation"  # magnitude | activation | gradient (each combined with weight magnitude)
-    calibration_batches: int = 8  # training windows (batch_size x max_seq_len) used to score units
-    mlp_schedule: tuple[float, ...] = (0.25, 0.5, 0.5)  # share of the original MLP width removed after each step
-    head_schedule: tuple[float, ...] = (0.0, 0.0, 0.25)  # share of the original head groups removed
-    channel_multiple: int = 16  # kept MLP widths are multiples of this
-    val_batches: int = 0  # validation batches per tier (0 = every window)
+    # magnitude | activation | gradient (each combined with weight magnitude)
+    method: str = param("activation", choices=METHODS)
+    calibration_batches: int = param(8, min=1)  # training windows (batch_size x max_seq_len) used to score units
+    # shares of the original MLP width / head groups removed after each step
+    mlp_schedule: tuple[float, ...] = param((0.25, 0.5, 0.5), min=0.0, lt=1.0)
+    head_schedule: tuple[float, ...] = param((0.0, 0.0, 0.25), min=0.0, lt=1.0)
+    channel_multiple: int = param(16, min=1)  # kept MLP widths are multiples of this
+    val_batches: int = param(0, min=0)  # validation batches per tier (0 = every window)
     distill: DistillParams = field(default_factory=DistillParams)
     checkpoint: CheckpointParams = field(default_factory=lambda: CheckpointParams(every=20))
 
     def __post_init__(self) -> None:
-        if self.nproc_per_node < 1 or self.max_restarts < 0:
-            raise ValueError("param 'prune.nproc_per_node' must be >= 1 and 'prune.max_restarts' >= 0")
-        if self.method not in METHODS:
-            raise ValueError(f"param 'prune.method' must be one of {METHODS}, got {self.method!r}")
+        validate(self, STAGE)
         if not self.mlp_schedule or len(self.mlp_schedule) != len(self.head_schedule):
             raise ValueError("params 'prune.mlp_schedule' and 'prune.head_schedule' need the same, non-zero length")
         for name in ("mlp_schedule", "head_schedule"):
             values = getattr(self, name)
             if any(not 0 <= v < 1 for v in values) or list(values) != sorted(values):
                 raise ValueError(f"param 'prune.{name}' must be non-decreasing fractions in [0, 1), got {list(values)}")
-        if self.calibration_batches < 1 or self.channel_multiple < 1 or self.val_batches < 0 or self.num_threads < 0:
-            raise ValueError("params 'prune.calibration_batches' and '.channel_multiple' must be >= 1, "
-                             "'.val_batches' and '.num_threads' >= 0")
 
 
 def tier_sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
@@ -124,6 +123,8 @@ def _broadcast_keep(keep: Keep) -> Keep:
 
 def run(params: Params) -> dict[str, Any] | None:
     """Prune on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+    check_owned_paths(STAGE, {"teacher_dir": params.teacher_dir, "tokens_dir": params.tokens_dir},
+                      {"out_dir": params.out_dir})
     start = time.perf_counter()
     env = init_distributed(params.device)
     set_cpu_threads(env, params.num_threads)

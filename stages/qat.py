@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from stages.common import deploy, quant
-from stages.common.atomic import atomic_dir, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
 from stages.common.deploy import DeployLM
@@ -47,6 +47,7 @@ from stages.common.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoin
 from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
 from stages.common.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
 from stages.common.shards import TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.params import param, validate
 from stages.common.training import seed_everything
 
 log = logging.getLogger("refinery.qat")
@@ -67,22 +68,22 @@ class Params:
     out_dir: str = "models/qat"
     metrics_path: str = "metrics/qat.json"
     checkpoint_dir: str = "models/qat_checkpoints"  # step_<n>/: the QAT fine-tune's checkpoints
-    seed: int = 0
-    num_threads: int = 0  # torch CPU threads per process; 0 = cores / processes (QAT runs on CPU in fp32)
-    nproc_per_node: int = 1  # data-parallel processes torchrun starts (the student replicated by DDP)
-    max_restarts: int = 2  # torchrun restarts the workers after a failure; they resume from the last checkpoint
+    seed: int = param(0, min=0)
+    # torch CPU threads per process; 0 = cores / processes (QAT runs on CPU in fp32)
+    num_threads: int = param(0, min=0)
+    nproc_per_node: int = param(1, min=1)  # data-parallel processes torchrun starts (the student replicated by DDP)
+    # torchrun restarts the workers after a failure; they resume from the last checkpoint
+    max_restarts: int = param(2, min=0)
     progress_bar: bool = True
-    calibration_batches: int = 8  # training windows (distill.batch_size x max_seq_len) seen by the observers
-    val_batches: int = 0  # validation batches per tier (0 = every window)
+    # training windows (distill.batch_size x max_seq_len) seen by the observers
+    calibration_batches: int = param(8, min=1)
+    val_batches: int = param(0, min=0)  # validation batches per tier (0 = every window)
     scheme: QuantScheme = field(default_factory=QuantScheme)
     distill: DistillParams = field(default_factory=_qat_distill)
     checkpoint: CheckpointParams = field(default_factory=lambda: CheckpointParams(every=20))
 
     def __post_init__(self) -> None:
-        if self.nproc_per_node < 1 or self.max_restarts < 0:
-            raise ValueError("param 'qat.nproc_per_node' must be >= 1 and 'qat.max_restarts' >= 0")
-        if self.calibration_batches < 1 or self.val_batches < 0 or self.num_threads < 0:
-            raise ValueError("param 'qat.calibration_batches' must be >= 1, '.val_batches' and '.num_threads' >= 0")
+        validate(self, STAGE)
 
 
 def sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
@@ -112,6 +113,8 @@ def fingerprint(params: Params, model_file: Path) -> str:
 
 def run(params: Params) -> dict[str, Any] | None:
     """Quantize on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+    check_owned_paths(STAGE, {"model_dir": params.model_dir, "tokens_dir": params.tokens_dir},
+                      {"out_dir": params.out_dir})
     start = time.perf_counter()
     env = init_distributed("cpu")
     set_cpu_threads(env, params.num_threads)

@@ -23,11 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common.atomic import atomic_dir, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.io import read_table
-from stages.common.langid import LanguageIdentifier
+from stages.common.langid import LANGUAGES, LanguageIdentifier
 from stages.common.normalize import NormalizeOptions, normalize
 from stages.common.cli import stage_main
+from stages.common.params import param, validate
 from stages.common.pool import resolve_workers
 from stages.common.semantic import DEFAULT_ENCODER, KEEP, Encoder
 
@@ -42,18 +43,17 @@ class Params:
     out_dir: str = "data/semantic/embeddings"
     metrics_path: str = "metrics/semantic_embed.json"
     encoder: str = DEFAULT_ENCODER  # or a local BERT-family model folder / cached hub id
-    backend: str = "torch"  # torch | onnx (exported at start; `quantize` makes it int8)
+    backend: str = param("torch", choices=("torch", "onnx"))  # onnx: exported at start; `quantize` makes it int8
     quantize: bool = False
     onnx_cache_dir: str = "~/.cache/refinery/onnx"  # the exported encoder, reused across runs; "" = export every run
-    max_length: int = 128  # tokens per document seen by the encoder
-    batch_size: int = 64
-    num_threads: int = 0  # 0 = all cores
-    embed_languages: tuple[str, ...] = ("en",)
-    seed: int = 0  # language ID of labels without a `lang`
+    max_length: int = param(128, min=8)  # tokens per document seen by the encoder
+    batch_size: int = param(64, min=1)
+    num_threads: int = param(0, min=0)  # 0 = all cores
+    embed_languages: tuple[str, ...] = param(("en",), choices=LANGUAGES)
+    seed: int = param(0, min=0)  # language ID of labels without a `lang`
 
     def __post_init__(self) -> None:
-        if self.max_length < 8 or self.batch_size < 1:
-            raise ValueError("params 'semantic_embed.max_length' (>= 8) and 'batch_size' (>= 1) out of range")
+        validate(self, STAGE)
 
 
 def read_labels(path: str, seed: int) -> list[dict[str, Any]]:
@@ -110,6 +110,8 @@ def write_doc_embeddings(path: Path, ids: list[str], langs: list[str], embedding
 
 
 def run(params: Params) -> dict[str, Any]:
+    check_owned_paths(STAGE, {"labels_path": params.labels_path, "docs_dir": params.docs_dir},
+                      {"out_dir": params.out_dir})
     start = time.perf_counter()
     labels = read_labels(params.labels_path, params.seed)
     docs = read_table(params.docs_dir, ["id", "text", "lang"]).to_pydict()

@@ -24,9 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common.atomic import atomic_dir, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter, iter_rows
 from stages.common.cli import stage_main
+from stages.common.params import param, validate
 from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
 from stages.common.pool import resolve_workers
 from stages.common.semantic import KEEP, Features, NgramParams, binary_report, choose_threshold, load_heads, predict
@@ -43,18 +44,17 @@ class Params:
     head_dir: str = "models/semantic_head"
     out_dir: str = "data/semantic_filter"
     metrics_path: str = "metrics/semantic_filter.json"
-    target_precision: float | None = None  # None: threshold of maximum F1 per language
-    batch_size: int = 512  # documents per task: one work shard
-    rows_per_shard: int = 100_000
-    num_workers: int = 0  # 0 = all cores (executor ray: CPUs of the local cluster it starts)
+    target_precision: float | None = param(None, gt=0.0, max=1.0)  # None: threshold of maximum F1 per language
+    batch_size: int = param(512, min=1)  # documents per task: one work shard
+    rows_per_shard: int = param(100_000, min=1)
+    num_workers: int = param(0, min=0)  # 0 = all cores (executor ray: CPUs of the local cluster it starts)
     executor: str = "local"  # local (process pool) | ray
     address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
     work_dir: str = "data/work/semantic_filter"  # per-shard scores and completion markers, until the stage succeeds
 
     def __post_init__(self) -> None:
+        validate(self, STAGE)
         check_executor(STAGE, self.executor, self.address)
-        if self.target_precision is not None and not 0.0 < self.target_precision <= 1.0:
-            raise ValueError(f"param 'semantic_filter.target_precision' must be in (0, 1], got {self.target_precision}")
 
 
 def thresholds(validation: dict[str, list], target_precision: float | None) -> dict[str, float]:
@@ -93,6 +93,8 @@ def _score_shard(batch: tuple[list[str], list[str], np.ndarray], folder: Path) -
 
 
 def run(params: Params) -> dict[str, Any]:
+    check_owned_paths(STAGE, {k: getattr(params, k) for k in ("docs_dir", "embeddings_dir", "head_dir")},
+                      {"out_dir": params.out_dir}, {"work_dir": params.work_dir})
     start = time.perf_counter()
     config, heads = load_heads(params.head_dir)
     classes, pooled = config["classes"], config["pooled"]

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from safetensors.torch import save_file
 
-from stages.common.atomic import atomic_dir, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.cli import stage_main
+from stages.common.params import param, validate
 from stages.common.semantic import KEEP, Features, NgramParams, binary_report, predict, train_head
 
 log = logging.getLogger("refinery.semantic_head")
@@ -38,19 +39,18 @@ class Params:
     embeddings_dir: str = "data/semantic/embeddings"
     out_dir: str = "models/semantic_head"
     metrics_path: str = "metrics/semantic_head.json"
-    seed: int = 0
-    val_fraction: float = 0.2
-    min_labels_per_class: int = 20  # a language with fewer examples of keep or drop uses the pooled head
+    seed: int = param(0, min=0)
+    val_fraction: float = param(0.2, gt=0.0, lt=1.0)
+    min_labels_per_class: int = param(20, min=1)  # a language with fewer examples of keep or drop uses the pooled head
     # L2 penalty on a head's weights, per head (language code; "*" for the pooled head and every language
     # not named). The English head reads MiniLM embeddings that carry across genres; a strong penalty keeps it
     # from leaning on the demo's templated n-grams. Other languages have only n-grams to go on.
     l2: dict[str, float] = field(default_factory=lambda: {POOLED: 1e-4})
-    max_iter: int = 200  # L-BFGS iterations
+    max_iter: int = param(200, min=1)  # L-BFGS iterations
     ngrams: NgramParams = field(default_factory=NgramParams)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"param 'semantic_head.val_fraction' must be in (0, 1), got {self.val_fraction}")
+        validate(self, STAGE)
         if POOLED not in self.l2:
             raise ValueError(f"param 'semantic_head.l2' needs a {POOLED!r} entry (the pooled head), got {self.l2}")
         for name, value in self.l2.items():
@@ -72,6 +72,7 @@ def class_names(labels: list[dict[str, Any]]) -> list[str]:
 
 
 def run(params: Params) -> dict[str, Any]:
+    check_owned_paths(STAGE, {"embeddings_dir": params.embeddings_dir}, {"out_dir": params.out_dir})
     start = time.perf_counter()
     table = pq.read_table(f"{params.embeddings_dir}/labels.parquet")
     labels = table.drop_columns(["embedding"]).to_pylist()

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.cli import stage_main
 from stages.common.io import read_table
+from stages.common.params import param, validate
 
 log = logging.getLogger("refinery.tokenizer")
 STAGE = "tokenizer"
@@ -34,22 +35,21 @@ class Params:
     out_dir: str = "models/tokenizer"
     metrics_path: str = "metrics/tokenizer.json"
     vocab_size: int = 4096
-    min_frequency: int = 2  # a pair seen fewer times is never merged
-    eos_token: str = "<|endoftext|>"  # ends every document (and so starts the next); id 0
-    pad_token: str = "<|pad|>"  # id 1
+    min_frequency: int = param(2, min=0)  # a pair seen fewer times is never merged
+    eos_token: str = param("<|endoftext|>", nonempty=True)  # ends every document (and so starts the next); id 0
+    pad_token: str = param("<|pad|>", nonempty=True)  # id 1
     extra_special_tokens: tuple[str, ...] = ()  # ids 2, 3, ...
-    max_train_chars: int = 0  # 0 = train on every document; else a sample of about this many characters
-    seed: int = 0  # picks the sample
+    max_train_chars: int = param(0, min=0)  # 0 = train on every document; else a sample of about this many characters
+    seed: int = param(0, min=0)  # picks the sample
 
     def __post_init__(self) -> None:
+        validate(self, STAGE)
         num_special = 2 + len(self.extra_special_tokens)
         if self.vocab_size < 256 + num_special:
             raise ValueError(f"param 'tokenizer.vocab_size' must be >= {256 + num_special} (256 bytes + special "
                              f"tokens), got {self.vocab_size}")
         if self.eos_token == self.pad_token:
             raise ValueError("params 'tokenizer.eos_token' and 'tokenizer.pad_token' must differ")
-        if self.max_train_chars < 0:
-            raise ValueError(f"param 'tokenizer.max_train_chars' must be >= 0, got {self.max_train_chars}")
 
 
 def training_sample(ids: list[str], texts: list[str], max_chars: int, seed: int) -> list[int]:
@@ -64,6 +64,7 @@ def training_sample(ids: list[str], texts: list[str], max_chars: int, seed: int)
 
 
 def run(params: Params) -> dict[str, Any]:
+    check_owned_paths(STAGE, {"input_dir": params.input_dir}, {"out_dir": params.out_dir})
     start = time.perf_counter()
     table = read_table(params.input_dir, ["id", "text", "lang"])
     ids, texts, langs = (table.column(c).to_pylist() for c in ("id", "text", "lang"))

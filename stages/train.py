@@ -21,7 +21,6 @@ are cleared rather than resumed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import statistics
@@ -39,14 +38,15 @@ from stages.common import parallel as parallel_module
 from stages.common import shards as shards_module
 from stages.common import trainer as trainer_module
 from stages.common import training as training_module
-from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.checkpoint import CheckpointParams
 from stages.common.cli import stage_main
-from stages.common.model import CHECKPOINT_NAME, Transformer, preset
+from stages.common.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
 from stages.common.parallel import (ParallelParams, build_mesh, init_distributed, parallelize, pipeline_loss,
                                     set_cpu_threads)
-from stages.common.shards import TIERS, TierMix, TierSampler, open_tiers
+from stages.common.shards import TIERS, TierMix, TierSampler, open_tiers, read_manifest
 from stages.common.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
+from stages.common.params import param, validate
 from stages.common.training import OptimParams, configure_optimizer, resolve_precision, seed_everything
 
 log = logging.getLogger("refinery.train")
@@ -60,8 +60,8 @@ NOT_FINGERPRINTED = {"model_dir", "checkpoint_dir", "metrics_path", "steps_path"
 
 @dataclass(frozen=True)
 class EvalParams:
-    every: int = 100  # steps between validations (also at step 0 and at the end); 0 = start and end only
-    windows: int = 64  # validation windows per tier (of seq_len tokens); 0 = no validation
+    every: int = param(100, min=0)  # steps between validations (also at step 0 and at the end); 0 = start and end only
+    windows: int = param(64, min=0)  # validation windows per tier (of seq_len tokens); 0 = no validation
 
 
 @dataclass(frozen=True)
@@ -72,21 +72,22 @@ class Params:
     metrics_path: str = "metrics/train.json"
     steps_path: str = "metrics/train_steps.csv"
     val_path: str = "metrics/train_val.csv"
-    seed: int = 0
-    preset: str = "cpu_small"
-    seq_len: int = 0  # 0 = the preset's max_seq_len
-    max_steps: int = 500
-    micro_batch_size: int = 8  # sequences per forward pass per data-parallel rank
-    gradient_accumulation_steps: int = 2  # micro-batches per optimizer step (pipeline micro-batches under PP)
-    precision: str = "fp32"
-    device: str = "auto"
-    num_threads: int = 0
-    nproc_per_node: int = 0
-    max_restarts: int = 2
+    seed: int = param(0, min=0)
+    preset: str = param("cpu_small", choices=PRESETS)
+    seq_len: int = param(0, min=0)  # 0 = the preset's max_seq_len
+    max_steps: int = param(500, min=1)
+    micro_batch_size: int = param(8, min=1)  # sequences per forward pass per data-parallel rank
+    # micro-batches per optimizer step (pipeline micro-batches under PP)
+    gradient_accumulation_steps: int = param(2, min=1)
+    precision: str = param("fp32", choices=PRECISIONS)
+    device: str = param("auto", choices=("auto", "cpu", "cuda"))
+    num_threads: int = param(0, min=0)
+    nproc_per_node: int = param(0, min=0)
+    max_restarts: int = param(2, min=0)
     progress_bar: bool = True
-    log_every: int = 10
-    max_bad_steps: int = 5
-    peak_flops: float = 0.0
+    log_every: int = param(10, min=1)
+    max_bad_steps: int = param(5, min=1)
+    peak_flops: float = param(0.0, min=0.0)
     parallel: ParallelParams = field(default_factory=ParallelParams)
     optim: OptimParams = field(default_factory=OptimParams)
     dynamic_clip: DynamicClip = field(default_factory=DynamicClip)
@@ -96,16 +97,7 @@ class Params:
     eval: EvalParams = field(default_factory=EvalParams)
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"param 'train.precision' must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"param 'train.device' must be auto, cpu or cuda, got {self.device!r}")
-        for name in ("max_steps", "micro_batch_size", "gradient_accumulation_steps", "log_every", "max_bad_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"param 'train.{name}' must be >= 1, got {getattr(self, name)}")
-        for name in ("seq_len", "num_threads", "nproc_per_node", "max_restarts"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"param 'train.{name}' must be >= 0, got {getattr(self, name)}")
+        validate(self, STAGE)
 
     @property
     def num_processes(self) -> int:
@@ -129,11 +121,12 @@ def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
 # ---- one worker --------------------------------------------------------------------------------------
 def run(params: Params) -> dict[str, Any] | None:
     """Train on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+    check_owned_paths(STAGE, {"tokens_dir": params.tokens_dir}, {"model_dir": params.model_dir})
     started = time.perf_counter()
     env = init_distributed(params.device)
     set_cpu_threads(env, params.num_threads)
     precision = resolve_precision("auto", env.device) if params.precision == "auto" else params.precision
-    manifest = json.loads((Path(params.tokens_dir) / "manifest.json").read_text())
+    manifest = read_manifest(params.tokens_dir)
     overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
     cfg = preset(params.preset, manifest["vocab_size"], **overrides)
     seq_len = cfg.max_seq_len

@@ -16,6 +16,7 @@ import numpy as np
 import xxhash
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
+from stages.common.params import param
 from stages.common.quality import CJK_LANGS
 
 _NON_WORD_RE = re.compile(r"[\W_]+")
@@ -25,10 +26,11 @@ _NON_WORD_RE = re.compile(r"[\W_]+")
 class DedupParams:
     exact: bool = True
     near: bool = True
-    num_perm: int = 128
-    threshold: float = 0.7  # estimated Jaccard similarity above which two documents are near duplicates
-    word_ngram: int = 3
-    char_ngram: int = 5
+    num_perm: int = param(128, min=1)
+    # estimated Jaccard similarity above which two documents are near duplicates
+    threshold: float = param(0.7, min=0.0, max=1.0)
+    word_ngram: int = param(3, min=1)
+    char_ngram: int = param(5, min=1)
 
 
 def exact_key(text: str) -> bytes:

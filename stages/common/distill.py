@@ -13,7 +13,6 @@ quantization-aware training.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,8 +28,9 @@ from stages.common import checkpoint
 from stages.common.atomic import file_digest
 from stages.common import trainer as trainer_module
 from stages.common.checkpoint import CheckpointParams
+from stages.common.params import param
 from stages.common.parallel import DistEnv, replicate
-from stages.common.shards import TierSampler
+from stages.common.shards import TierSampler, read_manifest
 from stages.common.trainer import DynamicClip, LossScaler, TrainConfig, Trainer
 from stages.common.training import OptimParams, configure_optimizer
 
@@ -38,19 +38,19 @@ from stages.common.training import OptimParams, configure_optimizer
 @dataclass(frozen=True)
 class DistillOptim(OptimParams):
     """Fine-tuning a model that already works: a lower peak rate and a short warmup."""
-    lr: float = 5e-4
-    warmup_steps: int = 10
-    weight_decay: float = 0.0
+    lr: float = param(5e-4, gt=0.0)  # a field declared again loses its rules: they are stated again
+    warmup_steps: int = param(10, min=0)
+    weight_decay: float = param(0.0, min=0.0)
 
 
 @dataclass(frozen=True)
 class DistillParams:
-    steps: int = 100
-    batch_size: int = 8
-    seq_len: int = 0  # 0 = the model's max_seq_len
-    temperature: float = 2.0
-    kd_weight: float = 0.7  # weight of the KL term
-    lm_weight: float = 0.3  # weight of the cross-entropy on the real next tokens
+    steps: int = param(100, min=0)
+    batch_size: int = param(8, min=1)
+    seq_len: int = param(0, min=0)  # 0 = the model's max_seq_len
+    temperature: float = param(2.0, gt=0.0)
+    kd_weight: float = param(0.7, min=0.0)  # weight of the KL term
+    lm_weight: float = param(0.3, min=0.0)  # weight of the cross-entropy on the real next tokens
     optim: DistillOptim = field(default_factory=DistillOptim)
 
     def __post_init__(self) -> None:
@@ -133,6 +133,6 @@ def run_fingerprint(params: Any, excluded: set[str], model_file: Path, tokens_di
     the code (`code`, this module, the trainer, the checkpoint format)."""
     shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in excluded}
     data = {"model": file_digest(model_file),
-            "tokens": json.loads((Path(tokens_dir) / "manifest.json").read_text())}
+            "tokens": read_manifest(tokens_dir)}
     return checkpoint.fingerprint({"params": shaping, "data": data},
                                   (*code, sys.modules[__name__], trainer_module, checkpoint))

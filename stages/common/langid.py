@@ -17,6 +17,7 @@ A seed makes each document's answer independent of worker count and order.
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ SCRIPT_SAMPLE_CHARS = 3000
 
 # langdetect codes folded to ISO 639-1.
 _FOLD = {"zh-cn": "zh", "zh-tw": "zh"}
+# The codes `LanguageIdentifier` answers with, so the only ones a list of languages to keep can match:
+# langdetect's profiles (lower case), Chinese variants folded.
+LANGUAGES = tuple(sorted({_FOLD.get(name, name) for name in os.listdir(detector_factory.PROFILES_DIRECTORY)}))
 
 
 _SPACE_RUN_RE = re.compile(" {2,}")

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stages.common.model import Transformer
+from stages.common.params import param
 
 log = logging.getLogger("refinery.parallel")
 DP_MODES = ("ddp", "fsdp")
@@ -43,15 +44,18 @@ MESH_DIMS = ("pp", "dp", "tp")
 
 @dataclass(frozen=True)
 class ParallelParams:
-    data_parallel_size: int = 1  # 0 = whatever the launched processes allow (elastic runs: torchrun --nnodes=MIN:MAX)
-    data_parallel_mode: str = "ddp"  # ddp | fsdp (FSDP2 fully_shard: ZeRO-3-style sharding)
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    pipeline_schedule: str = "1f1b"  # gpipe | 1f1b; micro-batches = gradient_accumulation_steps
+    # 0 = whatever the launched processes allow (elastic runs: torchrun --nnodes=MIN:MAX)
+    data_parallel_size: int = param(1, min=0)
+    data_parallel_mode: str = param("ddp", choices=DP_MODES)  # ddp | fsdp (FSDP2 fully_shard: ZeRO-3-style sharding)
+    tensor_parallel_size: int = param(1, min=1)
+    pipeline_parallel_size: int = param(1, min=1)
+    # gpipe | 1f1b; micro-batches = gradient_accumulation_steps
+    pipeline_schedule: str = param("1f1b", choices=PP_SCHEDULES)
     activation_checkpointing: bool = False  # recompute each block's activations in the backward pass
     compile: bool = False  # torch.compile each block
-    ddp_comm_hook: str = "none"  # none | fp16 | bf16 (CUDA/NCCL only) | powersgd: gradient compression (DDP)
-    powersgd_rank: int = 1  # PowerSGD's matrix approximation rank
+    # none | fp16 | bf16 (CUDA/NCCL only) | powersgd: gradient compression (DDP)
+    ddp_comm_hook: str = param("none", choices=COMM_HOOKS)
+    powersgd_rank: int = param(1, min=1)  # PowerSGD's matrix approximation rank
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "powersgd_rank"):

@@ -3,12 +3,21 @@
 Each stage mirrors its `params.yaml` section in a frozen dataclass. `load_section` builds it and
 raises `ValueError` naming the key for unknown keys or values of the wrong type, so a typo in
 params.yaml fails loudly instead of silently falling back to a default.
+
+Values are checked for meaning too. A field states what it allows with `param(default, min=1)` (also
+`max`, `gt`, `lt`, `choices`, `nonempty`; a rule applies to each item of a list and each value of a
+mapping), and no float anywhere may be NaN or infinite. `from_dict` checks each section as it builds it,
+and a stage's `Params.__post_init__` calls `validate(self, STAGE)`, so a `Params` built directly (tests,
+`dataclasses.replace`) is checked the same way, before the stage does any work. Errors are one line
+naming the full key: `param 'clean.dedup.word_ngram': must be >= 1, got 0`.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +26,7 @@ import yaml
 T = TypeVar("T")
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
+RULES = ("min", "max", "gt", "lt", "choices", "nonempty")
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> dict[str, Any]:
@@ -25,6 +35,67 @@ def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise ValueError(f"{path}: top level must be a mapping, got {type(params).__name__}")
     return params
+
+
+def param(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, **rules: Any) -> Any:
+    """A dataclass field with the values it allows: `min`/`max` (inclusive) and `gt`/`lt` (exclusive)
+    bounds, `choices` (a collection of allowed values) and `nonempty` (strings, lists)."""
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        raise TypeError(f"unknown param rule {unknown[0]!r} (known: {', '.join(RULES)})")
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=rules)
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else repr(x)
+
+
+def _bounds(rules: Mapping[str, Any]) -> str:
+    """The allowed interval in words: `>= 1`, `in (0, 1]`."""
+    low = f"[{_fmt(rules['min'])}" if "min" in rules else f"({_fmt(rules['gt'])}" if "gt" in rules else None
+    high = f"{_fmt(rules['max'])}]" if "max" in rules else f"{_fmt(rules['lt'])})" if "lt" in rules else None
+    if low and high:
+        return f"in {low}, {high}"
+    if low:
+        return (">= " if low[0] == "[" else "> ") + low[1:]
+    return ("<= " if high[-1] == "]" else "< ") + high[:-1]
+
+
+def _check_value(key: str, value: Any, rules: Mapping[str, Any]) -> None:
+    """One field's value against its rules, and every float in it against NaN and infinity."""
+    if value is None or dataclasses.is_dataclass(value):
+        return  # None: an optional value left out; dataclasses are checked field by field
+    if rules.get("nonempty") and not value:
+        raise ValueError(f"param {key!r}: must not be empty")
+    item_rules = {k: v for k, v in rules.items() if k != "nonempty"}
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_value(f"{key}[{i}]", item, item_rules)
+        return
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            _check_value(f"{key}.{name}", item, item_rules)
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"param {key!r}: must be a finite number, got {value!r}")
+    if "choices" in rules and value not in rules["choices"]:
+        same_but_case = [c for c in rules["choices"] if str(c).lower() == str(value).lower()]
+        raise ValueError(f"param {key!r}: must be one of {', '.join(map(str, rules['choices']))}, got {value!r}"
+                         + (f" (did you mean {same_but_case[0]!r}?)" if same_but_case else ""))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            value < rules.get("min", value) or value > rules.get("max", value)
+            or ("gt" in rules and value <= rules["gt"]) or ("lt" in rules and value >= rules["lt"])):
+        raise ValueError(f"param {key!r}: must be {_bounds(rules)}, got {value!r}")
+
+
+def validate(params: Any, section: str) -> None:
+    """Check every field of the dataclass `params` (nested ones included) against its rules; keys in
+    errors are `section.field`. Stages call it first thing in `Params.__post_init__`."""
+    for f in dataclasses.fields(params):
+        key, value = f"{section}.{f.name}", getattr(params, f.name)
+        _check_value(key, value, f.metadata)
+        if dataclasses.is_dataclass(value):
+            validate(value, key)
 
 
 def _check_type(key: str, value: Any, annotation: Any) -> Any:
@@ -78,13 +149,16 @@ def _check_type(key: str, value: Any, annotation: Any) -> Any:
 
 
 def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
-    """Build dataclass `cls` from `data`, rejecting unknown keys and wrong types."""
+    """Build dataclass `cls` from `data`, rejecting unknown keys, wrong types and values their field's rules
+    (see `param`) do not allow."""
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"unknown param {prefix + unknown[0]!r} (known: {', '.join(sorted(names))})")
+        raise ValueError(f"unknown param {prefix + unknown[0]!r} (known: {', '.join(sorted(fields))})")
     kwargs = {k: _check_type(prefix + k, v, hints[k]) for k, v in data.items()}
+    for name, value in kwargs.items():  # before `cls` runs its own checks, which may not know the full key
+        _check_value(prefix + name, value, fields[name].metadata)
     try:
         return cls(**kwargs)
     except TypeError as e:  # a required field is missing

@@ -18,14 +18,18 @@ so the data seen per step is the same whatever the number of ranks.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+from stages.common.params import param
 
 MAGIC = b"RFNYTOK1"
 FORMAT_VERSION = 1
@@ -33,6 +37,7 @@ HEADER_BYTES = 64  # a multiple of 4, so the tokens after it are aligned for uin
 _HEADER = struct.Struct("<8sIIQQII")  # magic, version, itemsize, num_tokens, num_docs, vocab_size, eos_id
 TIERS = ("easy", "medium", "hard")
 SPLITS = ("train", "val")
+MANIFEST = "manifest.json"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -147,11 +152,34 @@ def open_tiers(tokens_dir: str | Path, split: str) -> dict[str, TokenShard]:
     return {tier: TokenShard(Path(tokens_dir) / split / tier) for tier in TIERS}
 
 
+def read_manifest(tokens_dir: str | Path) -> dict[str, Any]:
+    """The perplexity stage's `manifest.json` next to the shards: vocabulary size, end-of-document id and
+    documents and tokens per shard. It is the data's identity for resuming a run, so an empty or partial one
+    is an error, not something to guess around."""
+    path = Path(tokens_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e}); the perplexity stage writes it: rerun it") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: must be a JSON object, got {type(manifest).__name__}; "
+                         "the perplexity stage writes it: rerun it")
+    for key, minimum in (("vocab_size", 1), ("eos_id", 0)):
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{path}: {key!r} must be an integer >= {minimum}, got "
+                             f"{'nothing' if value is None else repr(value)}; the perplexity stage writes it: rerun it")
+    if not isinstance(manifest.get("shards"), dict):
+        raise ValueError(f"{path}: 'shards' (docs and tokens per shard) must be a mapping, got "
+                         f"{manifest.get('shards')!r}; the perplexity stage writes it: rerun it")
+    return manifest
+
+
 @dataclass(frozen=True)
 class TierRatios:
-    easy: float = 1.0
-    medium: float = 1.0
-    hard: float = 1.0
+    easy: float = param(1.0, min=0.0)
+    medium: float = param(1.0, min=0.0)
+    hard: float = param(1.0, min=0.0)
 
     def __post_init__(self) -> None:
         values = self.as_array()
@@ -170,7 +198,8 @@ class TierMix:
     """Sampling ratios of the tiers, moving from `start` to `end` over training (normalised to sum 1)."""
     start: TierRatios = field(default_factory=lambda: TierRatios(0.5, 0.3, 0.2))
     end: TierRatios = field(default_factory=lambda: TierRatios(0.2, 0.4, 0.4))
-    schedule: str = "linear"  # constant (start throughout) | linear | cosine (slow start and end)
+    # constant (start throughout) | linear | cosine (slow start and end)
+    schedule: str = param("linear", choices=SCHEDULES)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:

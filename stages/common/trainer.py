@@ -27,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from stages.common.parallel import Parallelized, mesh_coord
+from stages.common.params import param
 from stages.common.shards import TIERS, TierSampler, TokenShard
 from stages.common.training import OptimParams, autocast, lr_multiplier
 
@@ -55,9 +56,9 @@ class DynamicClip:
     """The design's adaptive clipping: threshold = factor x median of the last `window` gradient norms,
     once `min_history` norms are known (until then, and never above it, the fixed `grad_clip`)."""
     enabled: bool = True
-    factor: float = 0.8
-    window: int = 100
-    min_history: int = 50
+    factor: float = param(0.8, gt=0.0)
+    window: int = param(100, min=1)
+    min_history: int = param(50, min=1)  # and <= window
 
     def __post_init__(self) -> None:
         if self.factor <= 0 or self.window < 1 or not 1 <= self.min_history <= self.window:
@@ -66,8 +67,8 @@ class DynamicClip:
 
 @dataclass(frozen=True)
 class Freeze:
-    layers: int = 0  # the lowest `layers` blocks get no updates ...
-    steps: int = 0  # ... for the first `steps` steps
+    layers: int = param(0, min=0)  # the lowest `layers` blocks get no updates ...
+    steps: int = param(0, min=0)  # ... for the first `steps` steps
 
 
 class LossScaler:

@@ -21,20 +21,22 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from stages.common.params import param
+
 log = logging.getLogger("refinery.training")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass(frozen=True)
 class OptimParams:
-    lr: float = 3e-4  # peak learning rate, reached after the warmup
-    min_lr_ratio: float = 0.1  # the cosine decays to lr * min_lr_ratio at the last step
-    warmup_steps: int = 500
-    weight_decay: float = 0.1  # on matrices and embeddings only (not norms)
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # max global gradient norm; 0 = off
+    lr: float = param(3e-4, gt=0.0)  # peak learning rate, reached after the warmup
+    min_lr_ratio: float = param(0.1, min=0.0, max=1.0)  # the cosine decays to lr * min_lr_ratio at the last step
+    warmup_steps: int = param(500, min=0)
+    weight_decay: float = param(0.1, min=0.0)  # on matrices and embeddings only (not norms)
+    beta1: float = param(0.9, min=0.0, lt=1.0)
+    beta2: float = param(0.95, min=0.0, lt=1.0)
+    eps: float = param(1e-8, gt=0.0)
+    grad_clip: float = param(1.0, min=0.0)  # max global gradient norm; 0 = off
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1 or self.warmup_steps < 0 or self.grad_clip < 0:

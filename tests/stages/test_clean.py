@@ -1,13 +1,18 @@
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages import clean
-from stages.common.io import read_table
+from stages.common.io import QUARANTINE_SCHEMA, ShardWriter, read_table
+from stages.common.readers import InputError
 from tests.conftest import load_bench, write_jsonl
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
@@ -141,3 +146,84 @@ def test_devset_floors(tmp_path, devset_dir):
     assert s["good_zh_en_keep_rate"] >= 0.90
     assert s["exact_dup_recall"] == 1.0 and s["near_dup_recall"] >= 0.9
     assert s["kept_docs_with_html_tags"] == 0
+
+
+def test_hostile_records_are_quarantined_and_every_record_accounted_for(tmp_path):
+    raw = tmp_path / "raw"
+    lines = [
+        json.dumps({"id": "en", "text": EN}).encode(),
+        b"", b"   ", b"\t\r",  # blank lines: not records
+        b'{"id": "surrogate-text", "text": "' + EN2.encode() + b' \\ud800"}',
+        b'{"id": "\\udc00", "text": "' + EN2.encode() + b'"}',
+        b'{"id": "surrogate-meta", "text": "' + EN2.encode() + b'", "tags": ["\\udfff"]}',
+        b'{"id": "deep", "text": "x", "m": ' + b"[" * 150 + b"]" * 150 + b"}",
+        b'{"id": "deeper", "text": "x", "m": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        json.dumps({"id": "huge", "text": "w " * 200_000}).encode(),
+        b'{"id": "latin1", "text": "caf\xe9"}',
+        json.dumps({"id": "zh", "text": ZH}).encode(),
+    ]
+    write_jsonl(raw / "a.jsonl.gz", lines, compress=True)
+    data = gzip.decompress((raw / "a.jsonl.gz").read_bytes())
+    (raw / "a.jsonl.gz").write_bytes(gzip.compress(b"\xef\xbb\xbf" + data))  # a byte-order mark first
+    text = pa.Array.from_buffers(pa.string(), 2, [None, *pa.array([b"bad \xff utf-8", EN2.encode()]).buffers()[1:]])
+    pq.write_table(pa.table({"id": ["pq-bad", "pq-good"], "text": text}), raw / "b.parquet")
+    (raw / "c.txt").write_bytes(b"\xef\xbb\xbf" + DE.encode())
+    params = make_params(tmp_path, raw, num_workers=1, max_record_bytes=300_000)
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    reasons = {q["id"]: q["reason"] for q in quarantine}
+    assert [d["id"] for d in docs] == ["en", "zh", "pq-good"]
+    assert {k: reasons.get(k) for k in ("surrogate-text", "surrogate-meta", "deep")} == {
+        "surrogate-text": "invalid:surrogate", "surrogate-meta": "invalid:surrogate", "deep": "invalid:too_deep"}
+    # Where the record cannot be read far enough to find its id, the id is derived (file, line, bytes).
+    by_reason = sorted(q["reason"] for q in quarantine if q["id"].startswith("h-"))
+    assert by_reason == ["invalid:bad_utf8", "invalid:bad_utf8", "invalid:oversized", "invalid:surrogate",
+                         "invalid:too_deep", "lang:de"]
+    records = {q["reason"]: q["record"] for q in quarantine}
+    assert records["invalid:oversized"].endswith(" bytes are kept]") and len(records["invalid:oversized"]) < 70_000
+    assert "\\udc00" in next(q["record"] for q in quarantine if q["reason"] == "invalid:surrogate"
+                              and q["id"].startswith("h-"))
+    bad_row = next(q for q in quarantine if q["source"].endswith("b.parquet"))
+    assert bad_row["reason"] == "invalid:bad_utf8" and json.loads(bad_row["record"])["text"] == "bad \\xff utf-8"
+    assert metrics["num_read"] == 12 == len(docs) + len(quarantine)  # 9 lines, 2 rows, 1 text file
+    assert metrics["num_kept"] + metrics["num_quarantined"] == metrics["num_read"]
+    assert sum(n for k, n in metrics.items() if k.startswith("dropped.")) == metrics["num_quarantined"]
+
+
+def test_damaged_input_fails_the_run_and_publishes_nothing(tmp_path):
+    raw = corpus(tmp_path)
+    params = make_params(tmp_path, raw, num_workers=1)
+    clean.run(params)
+    before = outputs(params)
+    whole = zstandard.ZstdCompressor(write_checksum=True).compress(
+        b"".join(json.dumps({"text": f"{EN} {i}"}).encode() + b"\n" for i in range(2000)))
+    (raw / "part-1.jsonl.zst").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(InputError, match=r"part-1\.jsonl\.zst: truncated zstd stream"):
+        clean.run(params)
+    assert outputs(params) == before
+
+
+def test_empty_input_is_an_error_unless_allowed(tmp_path):
+    params = make_params(tmp_path, corpus(tmp_path), num_workers=1)
+    clean.run(params)
+    before = outputs(params)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "nothing.jsonl").write_bytes(b"")
+    write_jsonl(empty / "blank.jsonl.gz", [b"", b"  ", b""], compress=True)
+    params = dataclasses.replace(params, input=str(empty))
+    with pytest.raises(ValueError, match=r"^param 'clean.input': '.*empty' holds no records \(2 file\(s\).*"
+                                         r"clean.allow_empty_input: true"):
+        clean.run(params)
+    assert outputs(params) == before and not Path(params.work_dir).exists()
+    metrics = clean.run(dataclasses.replace(params, allow_empty_input=True))
+    assert metrics["num_read"] == 0 and outputs(params) == ([], [])
+
+
+def test_shard_writer_flushes_large_rows_early(tmp_path):
+    writer = ShardWriter(tmp_path / "q", QUARANTINE_SCHEMA, rows_per_shard=100, chars_per_group=1000)
+    for i in range(10):
+        writer.write(clean.quarantine_row(f"d{i}", "invalid:oversized", "f.jsonl", i, "x" * 400))
+    writer.close()
+    assert pq.ParquetFile(tmp_path / "q" / "part-00000.parquet").metadata.num_row_groups == 4  # 3 rows a group
+    assert [r["id"] for r in read_table(tmp_path / "q").to_pylist()] == [f"d{i}" for i in range(10)]
