@@ -10,7 +10,7 @@ Outputs:
     <out_dir>/hf/                      config.json, model.safetensors, tokenizer files, README.md (model card):
                                        loads with transformers as LlamaForCausalLM (the final pruned FP32 model)
     <metrics_path>                     per model: parameters, file bytes, latency, throughput, perplexity per
-                                       tier; parity; the issue's floors as ratios
+                                       tier; parity (the INT8 check fails the stage); acceptance ratios
     <plot_path>                        the same table as CSV (`dvc plots show`)
 
 `python -m stages.export generate --prompt "..."` samples text from the exported INT8 (or `--model`) ONNX.
@@ -33,16 +33,16 @@ import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, write_csv, write_json
+from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.cli import stage_main
-from stages.common.deploy import (DeployLM, export_onnx, latency, optimize_onnx, ort_token_nll, run_logits,
-                                  session)
+from stages.common.deploy import (DeployLM, export_onnx, int8_kernels, latency, optimize_onnx, ort_token_nll,
+                                  run_logits, session)
 from stages.common.evaluation import tier_perplexity
 from stages.common.hf import write_hf_folder
 from stages.common.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transformer, load_checkpoint
-from stages.common.params import load_section
+from stages.common.params import load_section, param, validate
 from stages.common.quant import QUANT_NAME, load_quant_state, read_scheme
-from stages.common.shards import TIERS
+from stages.common.shards import TIERS, open_tiers
 
 log = logging.getLogger("refinery.export")
 STAGE = "export"
@@ -55,10 +55,10 @@ TABLE_COLUMNS = ["model", "precision", "num_params", "file_mb", "latency_ms_b1",
 @dataclass(frozen=True)
 class GenerateParams:
     prompt: str = "The"
-    max_new_tokens: int = 40
-    temperature: float = 0.8  # 0 = greedy
-    top_k: int = 40  # 0 = the whole vocabulary
-    seed: int = 0
+    max_new_tokens: int = param(40, min=1)
+    temperature: float = param(0.8, min=0.0)  # 0 = greedy
+    top_k: int = param(40, min=0)  # 0 = the whole vocabulary
+    seed: int = param(0, min=0)
 
 
 @dataclass(frozen=True)
@@ -71,24 +71,25 @@ class Params:
     out_dir: str = "models/export"
     metrics_path: str = "metrics/export.json"
     plot_path: str = "metrics/export.csv"
-    num_threads: int = 2  # onnxruntime intra-op threads, the same for every model measured
-    latency_seq_len: int = 128
-    throughput_batch_size: int = 8
-    latency_runs: int = 20  # timed runs per model per round
-    latency_rounds: int = 3  # rounds over all models, interleaved; the fastest run counts (median kept too)
-    val_batch_size: int = 8
-    val_batches: int = 0  # validation batches per tier (0 = every window)
-    parity_tolerance: float = 1e-4  # max |logit difference| FP32 ONNX vs torch (fails the stage above it)
+    num_threads: int = param(2, min=1)  # onnxruntime intra-op threads, the same for every model measured
+    latency_seq_len: int = param(128, min=1)
+    throughput_batch_size: int = param(8, min=1)
+    latency_runs: int = param(20, min=1)  # timed runs per model per round
+    # rounds over all models, interleaved; the fastest run counts (median kept too)
+    latency_rounds: int = param(3, min=1)
+    val_batch_size: int = param(8, min=1)
+    val_batches: int = param(0, min=0)  # validation batches per tier (0 = every window)
+    # max |logit difference| FP32 ONNX vs torch (fails the stage above it)
+    parity_tolerance: float = param(1e-4, gt=0.0)
+    # validation batches per tier on which INT8 ONNX is checked against its source (fails the stage:)
+    int8_parity_batches: int = param(4, min=1)
+    int8_min_argmax_agreement: float = param(0.99, min=0.0, max=1.0)  # share of equal argmax, at least
+    int8_max_relative_diff: float = param(0.05, gt=0.0)  # max |logit difference| / max |logit|, at most
     ort_dynamic_baseline: bool = True  # also measure onnxruntime's quantize_dynamic of the FP32 ONNX
     generate: GenerateParams = field(default_factory=GenerateParams)
 
     def __post_init__(self) -> None:
-        for name in ("num_threads", "latency_seq_len", "throughput_batch_size", "latency_runs", "latency_rounds",
-                     "val_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"param 'export.{name}' must be >= 1")
-        if self.val_batches < 0 or self.parity_tolerance <= 0:
-            raise ValueError("param 'export.val_batches' must be >= 0 and '.parity_tolerance' > 0")
+        validate(self, STAGE)
 
 
 def add_config_metadata(path: Path, model: Transformer) -> None:
@@ -127,6 +128,40 @@ def parity(sess, reference: torch.nn.Module, ids: torch.Tensor) -> tuple[float, 
     return float(np.abs(got - expected).max()), float((got.argmax(-1) == expected.argmax(-1)).mean())
 
 
+def int8_parity(sess, reference: torch.nn.Module, params: Params, seq_len: int) -> dict[str, Any]:
+    """INT8 ONNX logits against the fake-quant torch model they were exported from, on validation windows of
+    every tier, with this CPU's integer kernels: max |diff|, max |diff| / max |logit|, argmax agreement."""
+    max_diff, max_logit, num_equal, num_positions = 0.0, 0.0, 0, 0
+    with torch.inference_mode():
+        for shard in open_tiers(params.tokens_dir, "val").values():
+            for window in shard.sequential_windows(seq_len, params.val_batch_size, params.int8_parity_batches):
+                ids = window[:, :-1]
+                expected = reference(ids).float().numpy()
+                got = run_logits(sess, ids)
+                max_diff = max(max_diff, float(np.abs(got - expected).max()))
+                max_logit = max(max_logit, float(np.abs(expected).max()))
+                num_equal += int((got.argmax(-1) == expected.argmax(-1)).sum())
+                num_positions += got.shape[0] * got.shape[1]
+    if not num_positions:
+        raise ValueError(f"{params.tokens_dir}: no validation window to check the INT8 model on")
+    return {"parity.int8_vs_fake_quant_max_abs_diff": max_diff,
+            "parity.int8_relative_diff": round(max_diff / max(max_logit, 1e-12), 6),
+            "parity.int8_argmax_agreement": round(num_equal / num_positions, 6),
+            "parity.int8_positions": num_positions, "parity.int8_kernels": int8_kernels()}
+
+
+def check_int8_parity(parity: dict[str, Any], params: Params) -> None:
+    """Fail the export (nothing is published) when the INT8 model does not compute what it was trained as."""
+    agree, rel = parity["parity.int8_argmax_agreement"], parity["parity.int8_relative_diff"]
+    if agree < params.int8_min_argmax_agreement or rel > params.int8_max_relative_diff:
+        raise RuntimeError(
+            f"INT8 ONNX model disagrees with its fake-quant source on this CPU ({parity['parity.int8_kernels']} "
+            f"integer kernels): argmax agreement {agree:.4f} (export.int8_min_argmax_agreement "
+            f"{params.int8_min_argmax_agreement}), max logit difference {rel:.4f} of the largest logit "
+            f"(export.int8_max_relative_diff {params.int8_max_relative_diff}); on CPUs without VNNI only "
+            "qat.scheme.weight_bits: 7 is exact")
+
+
 def measure(rows: dict[str, dict[str, Any]], params: Params, vocab_size: int, seq_len: int) -> None:
     """Latency (batch 1) and throughput (batch `throughput_batch_size`) of every model on `seq_len` tokens, in
     interleaved rounds with the same thread count. The fastest run counts (the closest to an idle machine:
@@ -162,13 +197,16 @@ def model_card(metrics: dict[str, Any], table: list[dict[str, Any]], params: Par
         lines.append(f"| {r['model']} | {r['precision']} | {r['num_params']:,} | {r['file_mb']:.2f} | "
                      f"{r['latency_ms_b1']:.2f} | {r['tokens_per_s_b8']:,.0f} | {r['val_ppl_easy']:.2f} | "
                      f"{r['val_ppl_medium']:.2f} | {r['val_ppl_hard']:.2f} | {r['val_ppl_all']:.2f} |")
-    lines += ["", "Floors (issue #6): " + ", ".join(f"{k.split('.', 1)[1]} = {v}" for k, v in sorted(metrics.items())
-                                                   if k.startswith("floor.")), "",
+    lines += ["", f"The INT8 model was checked against the quantization-aware model it was exported from on "
+              f"{metrics['parity.int8_positions']:,} validation positions ({metrics['parity.int8_kernels']} integer "
+              f"kernels): argmax agreement {metrics['parity.int8_argmax_agreement']:.4f}.", "",
               f"Sample (INT8 ONNX, prompt {params.generate.prompt!r}): {sample!r}", ""]
     return "\n".join(lines)
 
 
 def run(params: Params) -> dict[str, Any]:
+    check_owned_paths(STAGE, {k: getattr(params, k) for k in ("teacher_dir", "pruned_dir", "qat_dir", "tokenizer_dir",
+                                                         "tokens_dir")}, {"out_dir": params.out_dir})
     start = time.perf_counter()
     torch.set_num_threads(params.num_threads)
     teacher = load_checkpoint(Path(params.teacher_dir) / CHECKPOINT_NAME).eval()
@@ -193,8 +231,8 @@ def run(params: Params) -> dict[str, Any]:
             raise RuntimeError(f"FP32 ONNX differs from torch by {diff:.3g} > {params.parity_tolerance}")
         qat = load_quantized(qat_dir / "qat")
         int8_path = export_int8(qat, onnx_dir / INT8_NAME, scratch)
-        diff, agree = parity(session(int8_path, params.num_threads), qat, ids)
-        metrics.update({"parity.int8_vs_fake_quant_max_abs_diff": diff, "parity.int8_argmax_agreement": agree})
+        metrics.update(int8_parity(session(int8_path, params.num_threads), qat, params, final.config.max_seq_len))
+        check_int8_parity(metrics, params)
 
         # -- every model of the chain, for the report --
         rows: dict[str, dict[str, Any]] = {

@@ -15,7 +15,7 @@ matters as much as the matmuls (each node costs a few microseconds of dispatch a
 - the tied output projection runs as Gemm(transB) on the embedding table, so FP32 stores it once.
 With a `QuantScheme`, every matmul input gets a per-tensor activation quantizer (one per distinct input
 tensor, so fused matmuls share it) and every weight a per-channel int8 fake quantizer; the embedding
-table is int8 per row. `use_int8_tables()` swaps the fake-quantized table for a real int8 buffer before
+table is int8 per row (`QuantScheme.weight_bits` sets the weights' range). `use_int8_tables()` swaps the fake-quantized table for a real int8 buffer before
 export: the graph gathers int8 rows (and scales only those), and the output projection is a QGemm on the
 same int8 initializer, so the table is stored once, as int8.
 """
@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -163,7 +167,7 @@ class DeployLM(nn.Module):
         same values, so logits do not change)."""
         if not (self.quantized and self.scheme.embeddings):
             return
-        q, scale = quantize_weight(self.model.tok_embeddings.weight.t())
+        q, scale = quantize_weight(self.model.tok_embeddings.weight.t(), self.scheme.weight_qmax)
         self.register_buffer("emb_q", q.t().contiguous(), persistent=False)  # (V, D): rows gather contiguously
         self.register_buffer("emb_scale", scale, persistent=False)
         self.register_buffer("emb_zero", torch.zeros_like(q[0]), persistent=False)  # (V,) int8
@@ -172,7 +176,7 @@ class DeployLM(nn.Module):
     def _linear(self, x: torch.Tensor, weight: torch.Tensor, act: ActQuant | None) -> torch.Tensor:
         if act is None:
             return x @ weight.t()
-        return act(x) @ fake_quant_weight(weight.t())
+        return act(x) @ fake_quant_weight(weight.t(), self.scheme.weight_qmax)
 
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
         table = self.model.tok_embeddings.weight
@@ -180,7 +184,7 @@ class DeployLM(nn.Module):
             return F.embedding(idx, table)
         if self.int8_tables:  # gather int8 rows, then scale them
             return self.emb_q[idx].float() * self.emb_scale[idx].unsqueeze(-1)
-        return F.embedding(idx, fake_quant_weight(table.t()).t())
+        return F.embedding(idx, fake_quant_weight(table.t(), self.scheme.weight_qmax).t())
 
     def _project(self, x: torch.Tensor) -> torch.Tensor:
         out = self.model.output
@@ -314,3 +318,53 @@ def ort_token_nll(sess: ort.InferenceSession, windows: Iterable[torch.Tensor]) -
         total += nll.item()
         count += window[:, 1:].numel()
     return total, count
+
+
+# onnxruntime's x86 integer GEMM kernels by CPU feature, best first (MLAS picks the first the CPU has). Only
+# the VNNI and AMX ones accumulate u8 x s8 products in 32 bits; the others add pairs of products in a
+# saturating int16 (`vpmaddubsw`), which 7-bit weights keep from overflowing (see stages.common.quant).
+INT8_KERNELS = (("amx_int8", "AMX"), ("avx512_vnni", "AVX512-VNNI"), ("avx_vnni", "AVX-VNNI"),
+                ("avx512bw", "AVX512BW (int16 pair sums)"), ("avx2", "AVX2 (int16 pair sums)"))
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return {flag for line in f if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+def int8_kernels(flags: set[str] | None = None) -> str:
+    """The family of integer matmul kernels onnxruntime runs an INT8 model with on this CPU."""
+    flags = cpu_flags() if flags is None else flags
+    return next((name for flag, name in INT8_KERNELS if flag in flags), "SSE / other")
+
+
+_EMULATED_LOGITS = """
+import sys, numpy as np, onnxruntime as ort
+options = ort.SessionOptions(); options.intra_op_num_threads = 1; options.log_severity_level = 3
+sess = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+np.save(sys.argv[3], sess.run(["%s"], {"%s": np.load(sys.argv[2])})[0])
+""" % (OUTPUT_NAME, INPUT_NAME)
+
+
+def emulated_logits(path: str | Path, ids: np.ndarray | torch.Tensor, cpu_model: str = "Haswell",
+                    timeout_s: float = 600) -> np.ndarray:
+    """Logits of an ONNX LM as onnxruntime computes them on another x86 CPU: the model runs under
+    `qemu-x86_64 -cpu <cpu_model>` (qemu-user), whose CPUID shows only that CPU's features, so onnxruntime
+    picks that CPU's kernels. "Haswell" is an AVX2 CPU without VNNI. Slow (instruction emulation): for
+    checking numbers, never timings."""
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        raise FileNotFoundError("qemu-x86_64 not found (Debian: apt-get install qemu-user)")
+    with tempfile.TemporaryDirectory(prefix="refinery-emu-") as tmp:
+        ids_path, out_path = Path(tmp) / "ids.npy", Path(tmp) / "logits.npy"
+        np.save(ids_path, np.asarray(ids, dtype=np.int64))
+        done = subprocess.run([qemu, "-cpu", cpu_model, sys.executable, "-c", _EMULATED_LOGITS, str(path),
+                               str(ids_path), str(out_path)], timeout=timeout_s, capture_output=True, text=True)
+        if done.returncode:
+            errors = [line for line in done.stderr.splitlines() if "TCG doesn't support" not in line]
+            raise RuntimeError(f"onnxruntime under qemu-x86_64 -cpu {cpu_model} exited with {done.returncode}: "
+                               f"{errors[-1] if errors else ''}")
+        return np.load(out_path)

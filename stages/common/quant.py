@@ -8,10 +8,15 @@ pairs. onnxruntime's graph optimiser then folds the weights' QuantizeLinear into
 fuses activation-Q/DQ + weight-DQ + MatMul into `MatMulIntegerToFloat` (and + Gemm into `QGemm`): integer
 kernels, VNNI on x86. So the INT8 graph carries exactly the scales the QAT run learned and calibrated.
 
-Default scheme (measured faster on this CPU, see bench/export.py): weights int8 symmetric per output
-channel (zero point 0, values in -128..127), activations uint8 asymmetric
-per tensor (onnxruntime's U8S8 path). `activation_symmetric: true` gives int8 activations with zero
-point 0 (S8S8) instead.
+Default scheme: weights int8 symmetric per output channel with 7-bit magnitudes (zero point 0, values in
+-63..63), activations uint8 asymmetric per tensor (onnxruntime's U8S8 path). Why 7-bit weights: on x86
+CPUs without VNNI (AVX2, and AVX-512 without VNNI), onnxruntime's integer kernels multiply uint8 x int8
+pairs with `vpmaddubsw`, which adds two products into a saturating int16: 255 x 127 x 2 overflows it and
+the INT8 model silently computes something else than its fake-quant source (the same graph is exact on a
+VNNI CPU). With |w| <= 63, 255 x 63 x 2 = 32,130 fits, so the graph gives the same numbers on every x86
+CPU; this is onnxruntime's `reduce_range` remedy. `weight_bits: 8` (-127..127) is a little more accurate
+but is right only where the INT8 model will run on VNNI / AMX CPUs (or ARM); `activation_symmetric:
+true` gives int8 activations with zero point 0 (S8S8) instead. bench/int8_schemes.py measures them.
 """
 from __future__ import annotations
 
@@ -25,23 +30,31 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from stages.common.atomic import atomic_path
+from stages.common.params import param
 
 OBSERVERS = ("minmax", "percentile")
+WEIGHT_BITS = (7, 8)
 SCHEME_METADATA_KEY = "refinery.quant_scheme"
 QUANT_NAME = "quant.safetensors"
 
 
 @dataclass(frozen=True)
 class QuantScheme:
+    # 7: |q| <= 63, exact on every x86 CPU | 8: |q| <= 127, exact only on VNNI/AMX CPUs
+    weight_bits: int = param(7, choices=WEIGHT_BITS)
     activation_symmetric: bool = False  # false: uint8 + zero point (U8S8 kernels); true: int8, zero point 0
-    observer: str = "minmax"  # minmax: running min/max | percentile: mean per-batch percentiles (clips outliers)
-    percentile: float = 99.99  # percentile observer: the upper percentile kept (lower one = 100 - it)
+    # minmax: running min/max | percentile: mean per-batch percentiles (clips outliers)
+    observer: str = param("minmax", choices=OBSERVERS)
+    # percentile observer: the upper percentile kept (lower one = 100 - it)
+    percentile: float = param(99.99, gt=50.0, max=100.0)
     embeddings: bool = True  # int8 embedding table (per-row scales)
     output: bool = True  # int8 output projection (the vocab x dim matrix: a large share of a small model)
 
     def __post_init__(self) -> None:
         if self.observer not in OBSERVERS:
             raise ValueError(f"quant scheme observer must be one of {OBSERVERS}, got {self.observer!r}")
+        if self.weight_bits not in WEIGHT_BITS:
+            raise ValueError(f"quant scheme weight_bits must be one of {WEIGHT_BITS}, got {self.weight_bits!r}")
         if not 50 < self.percentile <= 100:
             raise ValueError(f"quant scheme percentile must be in (50, 100], got {self.percentile}")
 
@@ -49,24 +62,30 @@ class QuantScheme:
     def activation_range(self) -> tuple[int, int]:
         return (-128, 127) if self.activation_symmetric else (0, 255)
 
+    @property
+    def weight_qmax(self) -> int:
+        """Largest |int8 weight|: 63 for 7-bit weights, 127 for 8-bit (symmetric: -qmax..qmax)."""
+        return (1 << (self.weight_bits - 1)) - 1
 
-def weight_scale(weight_t: torch.Tensor) -> torch.Tensor:
-    """Symmetric per-output-channel scale of a transposed weight (in, out): max |w| / 127 per column."""
-    return (weight_t.detach().abs().amax(0) / 127).clamp_min(1e-12)
+
+def weight_scale(weight_t: torch.Tensor, qmax: int) -> torch.Tensor:
+    """Symmetric per-output-channel scale of a transposed weight (in, out): max |w| / qmax per column."""
+    return (weight_t.detach().abs().amax(0) / qmax).clamp_min(1e-12)
 
 
-def fake_quant_weight(weight_t: torch.Tensor) -> torch.Tensor:
-    """int8 symmetric per-output-channel fake quantization of a transposed weight (in, out); gradients pass
-    straight through. The scale follows the weights (a min/max observer that is never stale)."""
-    scale = weight_scale(weight_t)
+def fake_quant_weight(weight_t: torch.Tensor, qmax: int) -> torch.Tensor:
+    """int8 symmetric per-output-channel fake quantization (values -qmax..qmax) of a transposed weight (in, out);
+    gradients pass straight through. The scale follows the weights (a min/max observer that is never stale), so
+    |w| / scale <= qmax: the quantizer's range stays -128..127, the only signed one the ONNX exporter takes."""
+    scale = weight_scale(weight_t, qmax)
     return torch.fake_quantize_per_channel_affine(weight_t, scale, torch.zeros_like(scale, dtype=torch.int32), 1,
                                                   -128, 127)
 
 
-def quantize_weight(weight_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight(weight_t: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(int8 values, per-column scale) of a transposed weight (in, out), as `fake_quant_weight` rounds it."""
-    scale = weight_scale(weight_t)
-    return torch.clamp(torch.round(weight_t.detach() / scale), -128, 127).to(torch.int8), scale
+    scale = weight_scale(weight_t, qmax)
+    return torch.clamp(torch.round(weight_t.detach() / scale), -qmax, qmax).to(torch.int8), scale
 
 
 class QuantLinearTransB(torch.autograd.Function):
@@ -162,8 +181,9 @@ def save_quant_state(module: nn.Module, scheme: QuantScheme, path: str | Path) -
 
 
 def read_scheme(path: str | Path) -> QuantScheme:
+    """The scheme a quant state was calibrated with (states written before `weight_bits` existed used 8)."""
     with safe_open(str(path), framework="pt") as f:
-        return QuantScheme(**json.loads((f.metadata() or {})[SCHEME_METADATA_KEY]))
+        return QuantScheme(**{"weight_bits": 8, **json.loads((f.metadata() or {})[SCHEME_METADATA_KEY])})
 
 
 def load_quant_state(module: nn.Module, path: str | Path) -> None:

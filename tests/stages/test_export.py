@@ -1,3 +1,4 @@
+import copy
 import dataclasses
 import json
 
@@ -128,3 +129,30 @@ def test_generate_command_samples_from_the_onnx_model(chain, tmp_path, capsys):
                                   export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
     assert greedy == export.generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
                                           export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
+
+
+def test_an_int8_model_that_disagrees_with_its_source_fails_the_stage(chain, monkeypatch):
+    """The INT8 check runs on the CPU the stage runs on: a graph that computes something else than the
+    fake-quant model (here: exported from perturbed weights) fails the stage and publishes nothing."""
+    root, params, _ = chain
+    params = dataclasses.replace(params, out_dir=str(root / "export_bad"), metrics_path=str(root / "bad.json"))
+    original = export.export_int8
+
+    def perturbed(model, path, scratch):
+        model = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in model.model.parameters():
+                p.add_(torch.randn_like(p) * p.abs().mean())
+        return original(model, path, scratch)
+
+    monkeypatch.setattr(export, "export_int8", perturbed)
+    with pytest.raises(RuntimeError, match="INT8 ONNX model disagrees with its fake-quant source"):
+        export.run(params)
+    assert not (root / "export_bad").exists() and not (root / "bad.json").exists()
+    assert not list(root.glob(".export_bad.*"))  # no temp folder left behind
+
+
+def test_the_int8_check_is_recorded(chain):
+    _, _, metrics = chain
+    assert metrics["parity.int8_argmax_agreement"] >= 0.99 and metrics["parity.int8_relative_diff"] <= 0.05
+    assert metrics["parity.int8_positions"] > 0 and metrics["parity.int8_kernels"]

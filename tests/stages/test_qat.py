@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from stages import qat
 from stages.common import checkpoint
 from stages.common.checkpoint import CheckpointParams
-from stages.common.deploy import DeployLM, export_onnx, optimize_onnx, run_logits, session
+from stages.common.deploy import (DeployLM, emulated_logits, export_onnx, int8_kernels, optimize_onnx, run_logits,
+                                  session)
 from stages.common.model import CHECKPOINT_NAME, Transformer, preset
 from stages.common.quant import (ActQuant, QuantScheme, fake_quant_weight, freeze, load_quant_state,
                                  quantize_weight, read_scheme, set_mode)
@@ -40,12 +41,20 @@ def calibrated(scheme: QuantScheme, dim: int = 32) -> DeployLM:
     return model
 
 
-def test_weights_are_int8_per_output_channel_symmetric():
+@pytest.mark.parametrize("bits,qmax", [(7, 63), (8, 127)])
+def test_weights_are_int8_per_output_channel_symmetric(bits, qmax):
+    assert QuantScheme(weight_bits=bits).weight_qmax == qmax
     w_t = torch.randn(32, 8) * torch.linspace(0.1, 3, 8)  # (in, out): a different range per output channel
-    q, scale = quantize_weight(w_t)
-    assert q.dtype == torch.int8 and int(q.min()) >= -128 and int(q.max()) <= 127
-    assert scale.shape == (8,) and (q.abs().amax(0) == 127).all()  # each channel uses its full range
-    torch.testing.assert_close(fake_quant_weight(w_t), q.float() * scale)
+    q, scale = quantize_weight(w_t, qmax)
+    assert q.dtype == torch.int8 and int(q.min()) >= -qmax and int(q.max()) <= qmax
+    assert scale.shape == (8,) and (q.abs().amax(0) == qmax).all()  # each channel uses its full range
+    torch.testing.assert_close(fake_quant_weight(w_t, qmax), q.float() * scale)
+
+
+def test_the_default_scheme_is_exact_on_cpus_without_vnni():
+    assert QuantScheme().weight_bits == 7  # 255 x 63 x 2 fits the int16 pair sums of AVX2 kernels
+    with pytest.raises(ValueError, match="weight_bits"):
+        QuantScheme(weight_bits=4)
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
@@ -65,9 +74,9 @@ def test_activation_quantizer_calibrates_then_freezes(symmetric):
     assert aq.hi.item() == pytest.approx(3.0)  # frozen: no longer observing
 
 
-@pytest.mark.parametrize("symmetric,dim", [(False, 32), (True, 32), (False, 64)])
-def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp_path, symmetric, dim):
-    model = calibrated(QuantScheme(activation_symmetric=symmetric), dim)  # head size 8: plain ops; 16: fused
+def int8_onnx(tmp_path, scheme: QuantScheme, dim: int) -> tuple[object, torch.Tensor, np.ndarray]:
+    """(optimised INT8 ONNX path, ids, the fake-quant torch logits it must reproduce)."""
+    model = calibrated(scheme, dim)  # head size 8: plain ops; 16: fused
     ids = torch.randint(0, VOCAB, (3, 40))
     with torch.no_grad():
         expected = model(ids).numpy()
@@ -75,7 +84,19 @@ def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp
     with torch.no_grad():
         np.testing.assert_array_equal(model(ids).numpy(), expected)  # the int8 tables are the same numbers
     raw = export_onnx(model, tmp_path / "qdq.onnx", VOCAB)
-    path = optimize_onnx(raw, tmp_path / "int8.onnx", 1)
+    return optimize_onnx(raw, tmp_path / "int8.onnx", 1), ids, expected
+
+
+def assert_matches_fake_quant(got: np.ndarray, expected: np.ndarray) -> None:
+    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # rounding at a few boundaries at most
+    assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.95
+
+
+@pytest.mark.parametrize("symmetric,dim", [(False, 32), (True, 32), (False, 64)])
+def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp_path, symmetric, dim,
+                                                                            record_property):
+    record_property("int8_kernels", int8_kernels())  # which integer kernels this CPU ran (junit report)
+    path, ids, expected = int8_onnx(tmp_path, QuantScheme(activation_symmetric=symmetric), dim)
     graph = onnx.load(str(path)).graph
     ops = collections.Counter(n.op_type for n in graph.node)
     assert ops["MatMulIntegerToFloat"] == 2 * 4  # per layer: qkv, wo, w1|w3, w2
@@ -88,9 +109,34 @@ def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp
     assert int8_bytes > float_bytes  # weights and the embedding table are stored as int8
     got = run_logits(session(path, 1), ids)
     assert got.shape == (3, 40, VOCAB)
-    assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()  # rounding at a few boundaries at most
-    assert (got.argmax(-1) == expected.argmax(-1)).mean() > 0.95
+    assert_matches_fake_quant(got, expected)
     assert run_logits(session(path, 1), ids[:1, :7]).shape == (1, 7, VOCAB)  # dynamic batch and sequence
+
+
+@pytest.fixture(scope="module")
+def qemu():
+    """AVX2 without VNNI, whatever this machine has: onnxruntime under qemu-user's `-cpu Haswell`."""
+    if shutil.which("qemu-x86_64") is None:
+        pytest.skip("qemu-x86_64 is not installed (.ci/run installs Debian's qemu-user)")
+
+
+@pytest.mark.parametrize("symmetric,dim", [(False, 32), (True, 32), (False, 64)])
+def test_the_int8_model_computes_the_same_on_an_avx2_cpu_without_vnni(tmp_path, qemu, symmetric, dim,
+                                                                      record_property):
+    path, ids, expected = int8_onnx(tmp_path, QuantScheme(activation_symmetric=symmetric), dim)
+    native, avx2 = run_logits(session(path, 1), ids), emulated_logits(path, ids, "Haswell")
+    record_property("int8_kernels", f"{int8_kernels()} here; AVX2 (int16 pair sums) emulated")
+    assert_matches_fake_quant(avx2, expected)
+    # integer sums are exact on both kernel families, so only float rounding can differ
+    np.testing.assert_allclose(avx2, native, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_8_bit_weights_saturate_the_avx2_kernels(tmp_path, qemu):
+    """Why the default is 7-bit: the emulated AVX2 CPU really runs the saturating kernels (so the test above
+    checks something), and with full-range 8-bit weights its results drift from the fake-quant model."""
+    path, ids, expected = int8_onnx(tmp_path, QuantScheme(weight_bits=8), 32)
+    drift = np.abs(emulated_logits(path, ids, "Haswell") - expected).max() / np.abs(expected).max()
+    assert drift > 0.05
 
 
 def test_run_writes_ptq_and_qat_and_qat_is_no_worse(inputs, tmp_path):
