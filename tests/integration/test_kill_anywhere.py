@@ -21,6 +21,7 @@ from stages.common.atomic import SUCCESS_MARKER
 from tests.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
 from tests.stages.test_clean import corpus as clean_corpus, make_params as clean_params
 from tests.stages.test_perplexity import make_params as ppl_params
+from tests.stages.test_semantic_filter import pipeline  # noqa: F401 (fixture: clean -> embed -> head on fixtures)
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +92,13 @@ def test_clean_killed_anywhere(tmp_path):
     raw = clean_corpus(tmp_path)
     params = clean_params(tmp_path / "run", raw, num_workers=2, batch_size=2)
     kill_anywhere("clean", params, [tmp_path / "run" / "out"], tmp_path / "run" / "work", tmp_path, seed=1)
+
+
+def test_semantic_filter_killed_anywhere(tmp_path, pipeline):
+    run = tmp_path / "run"
+    params = dataclasses.replace(pipeline, out_dir=str(run / "out"), metrics_path=str(run / "filter.json"),
+                                 work_dir=str(run / "work"), batch_size=1, num_workers=2)
+    kill_anywhere("semantic_filter", params, [run / "out"], run / "work", tmp_path, seed=3)
 
 
 def test_perplexity_killed_anywhere(tmp_path, one_torch_thread):
