@@ -127,8 +127,9 @@ def test_the_int8_model_computes_the_same_on_an_avx2_cpu_without_vnni(tmp_path, 
     native, avx2 = run_logits(session(path, 1), ids), emulated_logits(path, ids, "Haswell")
     record_property("int8_kernels", f"{int8_kernels()} here; AVX2 (int16 pair sums) emulated")
     assert_matches_fake_quant(avx2, expected)
-    # integer sums are exact on both kernel families, so only float rounding can differ
-    np.testing.assert_allclose(avx2, native, rtol=0, atol=1e-5 * np.abs(expected).max())
+    # integer sums are exact on both kernel families; only the float kernels around them (attention, norms)
+    # may round differently by instruction set: far below the 10-25% that saturated sums cost
+    np.testing.assert_allclose(avx2, native, rtol=0, atol=1e-3 * np.abs(expected).max())
 
 
 def test_8_bit_weights_saturate_the_avx2_kernels(tmp_path, qemu):
