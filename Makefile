@@ -43,7 +43,7 @@ flows: install .dvc/config
 
 # One script per benchmark; each writes bench/results/<name>.{json,md}. Run on an otherwise idle machine.
 bench: install
-	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+	for name in $$(cd bench && ls [a-z]*.py | sed 's/\.py$$//'); do $(BIN)/python -m bench.$$name || exit 1; done
 
 # Re-resolve requirements.in into requirements.lock (needs the package index).
 lock:

@@ -1,7 +1,7 @@
 """Benchmark and self-score the `clean` stage.
 
-    python bench/clean.py                 # demo corpus (data/raw/demo) and ../shared/devset if present
-    python bench/clean.py --workers 1     # single process, for a per-core figure
+    python -m bench.clean                 # demo corpus (data/raw/demo) and ../shared/devset if present
+    python -m bench.clean --workers 1     # single process, for a per-core figure
 
 For each corpus: documents/s and MB/s through `stages.clean.run` with the params.yaml settings, the
 read-only time, and CPU time per phase. On the devset (and on the demo corpus, from its labels) it
@@ -21,14 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from stages import clean
+from stages.common.runtime.params import load_section
+from stages.common.runtime.parquet import read_table
+from stages.common.text.normalize import HTML_TAG_RE
+from stages.common.text.readers import iter_raw, list_input_files, parse_raw
 
-from stages import clean  # noqa: E402
-from stages.common.io import read_table  # noqa: E402
-from stages.common.normalize import HTML_TAG_RE  # noqa: E402
-from stages.common.params import load_section  # noqa: E402
-from stages.common.readers import iter_raw, list_input_files, parse_raw  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEVSET = ROOT.parent / "shared" / "devset" / "devset.jsonl"
 DEMO = ROOT / "data" / "raw" / "demo"

@@ -1,9 +1,9 @@
 """Benchmark train -> prune -> qat -> export against the floors of issue #6.
 
-    python bench/export.py                        # train cpu_wide (300 steps), run the chain, measure (~40 min)
-    python bench/export.py --preset cpu_small     # the same chain on another preset
-    python bench/export.py --preset ''            # only measure the demo's own export (models/export)
-    python bench/export.py --work-dir /tmp/chain  # keep the chain; run again: re-measure it, no retraining
+    python -m bench.export                        # train cpu_wide (300 steps), run the chain, measure (~40 min)
+    python -m bench.export --preset cpu_small     # the same chain on another preset
+    python -m bench.export --preset ''            # only measure the demo's own export (models/export)
+    python -m bench.export --work-dir /tmp/chain  # keep the chain; run again: re-measure it, no retraining
 
 1. the chain, on the demo's token shards (data/perplexity/tokens: run `dvc repro perplexity` first):
    `train` (in-process, one process, params.yaml settings except the preset and `--train-steps`), then
@@ -38,23 +38,21 @@ import dataclasses
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from stages import export, prune, qat, train
+from stages.common.compress.onnx_runtime import bound_forward, optimize_onnx, ort_token_nll, session, session_options
+from stages.common.lm.evaluation import tier_perplexity
+from stages.common.lm.token_shards import open_tiers
+from stages.common.runtime.params import load_section
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-import torch  # noqa: E402
-
-from stages import export, prune, qat, train  # noqa: E402
-from stages.common.deploy import bound_forward, optimize_onnx, ort_token_nll, session, session_options  # noqa: E402
-from stages.common.evaluation import tier_perplexity  # noqa: E402
-from stages.common.params import load_section  # noqa: E402
-from stages.common.shards import open_tiers  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 FLOORS = {"int8_file_ratio": 0.30, "int8_latency_ratio": 0.40, "int8_ppl_ratio": 1.03, "half_mlp_speedup": 1.25,

@@ -1,7 +1,7 @@
 """Benchmark the Prefect flows against the floors of issue #7.
 
-    python bench/flows.py                 # tiny demo config (400 documents), every stage of dvc.yaml
-    python bench/flows.py --num-docs 24000 --no-tiny   # the full demo (slow on 2 cores)
+    python -m bench.flows                 # tiny demo config (400 documents), every stage of dvc.yaml
+    python -m bench.flows --num-docs 24000 --no-tiny   # the full demo (slow on 2 cores)
 
 In a temporary git + DVC copy of the committed project (git HEAD), with a private Prefect server on 127.0.0.1 and
 `python -m flows.serve` serving the deployments, as `make flows` does:
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 OVERHEAD_FLOOR_S = 15.0
 PIPELINE_FILES = ("stages", "dvc.yaml", "params.yaml", "requirements.lock", "flows/config.yaml", ".gitignore")
@@ -51,12 +50,12 @@ os.environ.update(PREFECT_API_URL=f"http://127.0.0.1:{PORT}/api", PREFECT_HOME=s
                   PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
                   PYTHONPATH=str(ROOT))
 
-from flows.commands import command_env, dvc  # noqa: E402
-from flows.config import WORKSPACE_ENV  # noqa: E402
-from flows.serve import CREDENTIALS_FILE, is_healthy, load_or_create_credentials, start_server  # noqa: E402
-from tests.flows.test_pipeline_real_chain import TINY, merge_existing  # noqa: E402 (one tiny config)
+import yaml  # noqa: E402 (after the Prefect settings above)
 
-import yaml  # noqa: E402
+from flows.commands import command_env, dvc  # noqa: E402 (after the Prefect settings above)
+from flows.config import WORKSPACE_ENV  # noqa: E402 (after the Prefect settings above)
+from flows.serve import CREDENTIALS_FILE, is_healthy, load_or_create_credentials, start_server  # noqa: E402 (after the Prefect settings above)
+from tests.flows.test_pipeline_real_chain import TINY, merge_existing  # noqa: E402 (one tiny config)
 
 
 def sh(args: list[str], cwd: Path) -> str:

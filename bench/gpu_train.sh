@@ -3,7 +3,7 @@
 # sequence length 1024 in bf16). Runs the real stage (`python -m stages.train`, torchrun, 1 process) on
 # synthetic token shards with the gpu_125m preset, bf16 autocast and torch.compile per block, then prints
 # tokens/s and MFU (the stage's metrics: median per-step, first 10% of steps left out; the device peak
-# comes from stages/common/trainer.py PEAK_FLOPS, e.g. 989 TFLOP/s dense bf16 for H100/H200).
+# comes from stages/common/training/trainer.py PEAK_FLOPS, e.g. 989 TFLOP/s dense bf16 for H100/H200).
 #
 #   bash bench/gpu_train.sh [steps]      # default 150 steps; about 2-4 minutes on one H100/H200
 #
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import yaml
 sys.path.insert(0, ".")
-from stages.common.shards import TIERS, TokenShardWriter
+from stages.common.lm.token_shards import TIERS, TokenShardWriter
 
 work, steps = Path(sys.argv[1]), int(sys.argv[2])
 assert torch.cuda.is_available(), "no CUDA device: this script measures GPU throughput"

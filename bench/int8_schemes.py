@@ -1,8 +1,8 @@
 """INT8 schemes side by side, on this CPU and on an emulated AVX2 CPU without VNNI.
 
-    python bench/int8_schemes.py                          # the demo's pruned model + a cpu_wide model (~15 min)
-    python bench/int8_schemes.py --wide-steps 0           # the demo's model only
-    python bench/int8_schemes.py --work-dir /tmp/schemes  # keeps the cpu_wide teacher; a rerun only measures
+    python -m bench.int8_schemes                          # the demo's pruned model + a cpu_wide model (~15 min)
+    python -m bench.int8_schemes --wide-steps 0           # the demo's model only
+    python -m bench.int8_schemes --work-dir /tmp/schemes  # keeps the cpu_wide teacher; a rerun only measures
 
 Why: onnxruntime's x86 integer kernels differ by CPU. With VNNI (AVX512-VNNI, AVX-VNNI) or AMX, u8 x s8
 products are summed in int32; without (AVX2, AVX-512 without VNNI) `vpmaddubsw` adds pairs of products
@@ -29,31 +29,28 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import math
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
+import torch
+import torch.nn.functional as F
+
+from bench.export import round_robin, train_teacher
+from stages import export, qat
+from stages.common.compress.deployable import DeployLM
+from stages.common.compress.onnx_runtime import cpu_flags, emulated_logits, int8_kernels, run_logits, session
+from stages.common.compress.quant import QuantScheme
+from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint
+from stages.common.lm.token_shards import open_tiers
+from stages.common.runtime.params import load_section
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from bench.export import round_robin, train_teacher  # noqa: E402
-from stages import export, qat  # noqa: E402
-from stages.common.deploy import (DeployLM, cpu_flags, emulated_logits, int8_kernels, run_logits,  # noqa: E402
-                                  session)
-from stages.common.model import CHECKPOINT_NAME, load_checkpoint  # noqa: E402
-from stages.common.params import load_section  # noqa: E402
-from stages.common.quant import QuantScheme  # noqa: E402
-from stages.common.shards import open_tiers  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 SCHEMES = {"u8s8_w8": QuantScheme(weight_bits=8), "s8s8_w8": QuantScheme(weight_bits=8, activation_symmetric=True),

@@ -1,7 +1,7 @@
 """Benchmark the tokenizer/perplexity stages against the floors of issue #4.
 
-    python bench/perplexity.py                  # all three parts, params.yaml settings, demo corpus
-    python bench/perplexity.py --skip-stages    # only the scoring and shard-reader micro-benchmarks
+    python -m bench.perplexity                  # all three parts, params.yaml settings, demo corpus
+    python -m bench.perplexity --skip-stages    # only the scoring and shard-reader micro-benchmarks
 
 1. scoring: tokens/s of `score_documents` with the default reference model (the `perplexity.reference`
    preset, the tokenizer's vocabulary size, `perplexity.precision`) on real demo documents when the
@@ -25,26 +25,25 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from stages import perplexity, tokenizer
+from stages.common.lm import bpe
+from stages.common.lm.model import Transformer, preset
+from stages.common.lm.scoring import score_documents
+from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShard, TokenShardWriter
+from stages.common.runtime.device import resolve_precision, seed_everything
+from stages.common.runtime.params import load_section
+from stages.common.runtime.parquet import read_table
+from stages.common.training.fit import train_step
+from stages.common.training.optim import configure_optimizer, make_scheduler
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from stages import perplexity, tokenizer  # noqa: E402
-from stages.common import tokenizer as bpe  # noqa: E402
-from stages.common.io import read_table  # noqa: E402
-from stages.common.model import Transformer, preset  # noqa: E402
-from stages.common.params import load_section  # noqa: E402
-from stages.common.scoring import score_documents  # noqa: E402
-from stages.common.shards import TIERS, TierMix, TierSampler, TokenShard, TokenShardWriter  # noqa: E402
-from stages.common.training import (configure_optimizer, make_scheduler, resolve_precision,  # noqa: E402
-                                    seed_everything, train_step)
 
 RESULTS = ROOT / "bench" / "results"
 SCORING_FLOOR = 20_000

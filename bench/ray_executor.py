@@ -1,7 +1,7 @@
 """Benchmark the `clean` stage under the Ray executor against the local executor, on the demo corpus.
 
-    python bench/ray_executor.py              # 2 workers, 3 rounds
-    python bench/ray_executor.py --rounds 5
+    python -m bench.ray_executor              # 2 workers, 3 rounds
+    python -m bench.ray_executor --rounds 5
 
 Floors of issue #8: the Ray executor's outputs are identical to the local executor's (kept documents,
 quarantine and metric counts), and its throughput is at least 0.8x the local executor's on 2 cores.
@@ -27,13 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from stages import clean
+from stages.common.runtime.executor import init_ray
+from stages.common.runtime.params import load_section
+from stages.common.runtime.parquet import read_table
 
-from stages import clean  # noqa: E402
-from stages.common.executor import init_ray  # noqa: E402
-from stages.common.io import read_table  # noqa: E402
-from stages.common.params import load_section  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEMO = ROOT / "data" / "raw" / "demo"
 COUNT_PREFIXES = ("num_read", "num_kept", "num_quarantined", "dropped.", "kept.")

@@ -1,6 +1,6 @@
 """Benchmark and self-score the semantic filter (stages semantic_embed -> semantic_head -> semantic_filter).
 
-    python bench/semantic_filter.py     # needs the demo's clean output and labels (`dvc repro clean demo_corpus`)
+    python -m bench.semantic_filter     # needs the demo's clean output and labels (`dvc repro clean demo_corpus`)
 
 1. Demo: the three stages with the params.yaml settings on data/clean/docs, timed end to end
    (documents/s = clean documents / total seconds, labels' embedding and head training included),
@@ -17,20 +17,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from stages import clean, semantic_embed, semantic_filter, semantic_head
+from stages.common.runtime.executor import resolve_workers
+from stages.common.runtime.params import load_section
+from stages.common.runtime.parquet import read_table
+from stages.common.semantic.encoder import Encoder
 
-from stages import clean, semantic_embed, semantic_filter, semantic_head  # noqa: E402
-from stages.common.io import read_table  # noqa: E402
-from stages.common.params import load_section  # noqa: E402
-from stages.common.pool import resolve_workers  # noqa: E402
-from stages.common.semantic import Encoder  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEVSET = ROOT.parent / "shared" / "devset"
 

@@ -1,7 +1,7 @@
 """Benchmark the train stage against issue #5's CPU floor: the framework's overhead.
 
-    python bench/train.py                         # params.yaml's model on the demo shards (synthetic if absent)
-    python bench/train.py --steps 40 --rounds 1   # shorter
+    python -m bench.train                         # params.yaml's model on the demo shards (synthetic if absent)
+    python -m bench.train --steps 40 --rounds 1   # shorter
 
 1. plain loop: a minimal single-process training loop (model, fused AdamW, autocast, backward,
    clip_grad_norm_, step, LR schedule) on the same model, batch and precision, fed with the same
@@ -30,19 +30,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+import yaml
+
+from stages.common.lm.model import Transformer, preset
+from stages.common.lm.token_shards import TIERS, TierSampler, TokenShardWriter, open_tiers
+from stages.common.runtime.device import autocast, resolve_precision, seed_everything
+from stages.common.runtime.params import from_dict, read_params
+from stages.common.training.optim import configure_optimizer, make_scheduler
+from stages.train import Params
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import yaml  # noqa: E402
-
-from stages.common.model import Transformer, preset  # noqa: E402
-from stages.common.params import from_dict, read_params  # noqa: E402
-from stages.common.shards import TIERS, TierSampler, TokenShardWriter, open_tiers  # noqa: E402
-from stages.common.training import (autocast, configure_optimizer, make_scheduler, resolve_precision,  # noqa: E402
-                                    seed_everything)
-from stages.train import Params  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 OVERHEAD_FLOOR = 0.95
@@ -167,7 +166,7 @@ def main() -> None:
     (RESULTS / "train.json").write_text(json.dumps(result, indent=2) + "\n")
     md = [
         "# train stage benchmark (issue #5)", "",
-        f"`python bench/train.py --steps {args.steps} --rounds {args.rounds} --threads {args.threads}` on "
+        f"`python -m bench.train --steps {args.steps} --rounds {args.rounds} --threads {args.threads}` on "
         f"{os.cpu_count()} cores, model `{base['preset']}`, precision `{base['precision']}` "
         f"({one['precision']}), global batch 16 x seq_len, median per-step tokens/s after the first 10% of "
         f"steps; best of {args.rounds} alternating rounds for the first two rows "

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from stages.common.params import from_dict, read_params
+from stages.common.runtime.params import from_dict, read_params
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace
 WORKSPACE_ENV = "REFINERY_WORKSPACE"  # set by `flows.serve --workspace`; never a flow run parameter

@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, atomic_path, is_complete, write_json
-from stages.common.io import read_table
-from stages.common.model import load_checkpoint
-from stages.common.scoring import score_documents
+from stages.common.lm import bpe
+from stages.common.lm.model import load_checkpoint
+from stages.common.lm.scoring import score_documents
+from stages.common.runtime.atomic import atomic_dir, atomic_path, is_complete, write_json
+from stages.common.runtime.parquet import read_table
 
 MODEL_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"

@@ -24,12 +24,11 @@ from prefect.runtime import flow_run
 from flows import registry
 from flows.artifacts import flatten, markdown_table, read_metrics
 from flows.commands import dvc, run
-from flows.config import (RetrainConfig, UnresolvedReference, load_config, resolve, resolve_workspace,
-                          workspace_params)
+from flows.config import RetrainConfig, UnresolvedReference, load_config, resolve, resolve_workspace, workspace_params
 from flows.graph import changed_deps, stages_in_order, status_json
 from flows.lock import workspace_lock
 from flows.pipeline import pipeline
-from stages.common.training import resolve_device
+from stages.common.runtime.device import resolve_device
 
 
 def _is_under(path: str, root: str) -> bool:

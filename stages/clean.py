@@ -2,7 +2,7 @@
 
 Per record, cheapest first: parse/validate -> normalise (HTML, control chars, mojibake, NFKC, regex
 removals, whitespace) -> minimum length -> language ID -> quality rules -> exact key + MinHash signature.
-Workers (a local process pool or Ray tasks: stages/common/executor.py) run all of that on shards of
+Workers (a local process pool or Ray tasks: stages/common/runtime/executor.py) run all of that on shards of
 `batch_size` records and leave each shard's results in `work_dir` with a completion marker, so a rerun
 redoes only unfinished shards. The parent process streams the input, owns the global dedup index (exact
 keys, LSH bands of the signatures; first occurrence wins, in input order) and writes two Parquet datasets:
@@ -32,18 +32,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
-from stages.common.dedup import DedupIndex, DedupParams, Signer, exact_key
-from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
-from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter
-from stages.common.langid import LANGUAGES, LanguageIdentifier
-from stages.common.normalize import NormalizeOptions, normalize
-from stages.common.cli import stage_main
-from stages.common.params import param, validate
-from stages.common.pool import resolve_workers
-from stages.common.quality import QualityParams, QualityRules
-from stages.common.readers import (DEFAULT_MAX_RECORD_BYTES, RawRecord, Record, Rejection, iter_raw,
-                                   list_input_files, parse_raw)
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.executor import WorkDir, check_executor, fingerprint, map_shards, resolve_workers
+from stages.common.runtime.params import param, validate
+from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter
+from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
+from stages.common.text.langid import LANGUAGES, LanguageIdentifier
+from stages.common.text.normalize import NormalizeOptions, normalize
+from stages.common.text.quality import QualityParams, QualityRules
+from stages.common.text.readers import (
+    DEFAULT_MAX_RECORD_BYTES,
+    RawRecord,
+    Record,
+    Rejection,
+    iter_raw,
+    list_input_files,
+    parse_raw,
+)
 
 log = logging.getLogger("refinery.clean")
 STAGE = "clean"

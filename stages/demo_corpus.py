@@ -72,6 +72,7 @@ from __future__ import annotations
 import argparse
 import ast
 import codecs
+import dataclasses
 import functools
 import gzip
 import html
@@ -89,18 +90,17 @@ import textwrap
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from pydoc_data.topics import topics as PYDOC_TOPICS
 from typing import Any
 
 import xxhash
 from datasketch import MinHash, MinHashLSH
 from faker import Faker
-from pydoc_data.topics import topics as PYDOC_TOPICS
 
-from stages.common.atomic import atomic_dir, atomic_path, check_owned_paths
-from stages.common.params import load_section, param, validate
+from stages.common.runtime.atomic import atomic_dir, atomic_path, check_owned_paths
+from stages.common.runtime.params import load_section, param, validate
 
 log = logging.getLogger(__name__)
 

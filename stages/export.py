@@ -32,17 +32,25 @@ import onnx
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
-from stages.common.cli import stage_main
-from stages.common.deploy import (DeployLM, export_onnx, int8_kernels, latency, optimize_onnx, ort_token_nll,
-                                  run_logits, session)
-from stages.common.evaluation import tier_perplexity
-from stages.common.hf import write_hf_folder
-from stages.common.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transformer, load_checkpoint
-from stages.common.params import load_section, param, validate
-from stages.common.quant import QUANT_NAME, load_quant_state, read_scheme
-from stages.common.shards import TIERS, open_tiers
+from stages.common.compress.deployable import DeployLM
+from stages.common.compress.onnx_runtime import (
+    export_onnx,
+    int8_kernels,
+    latency,
+    optimize_onnx,
+    ort_token_nll,
+    run_logits,
+    session,
+)
+from stages.common.compress.quant import QUANT_NAME, load_quant_state, read_scheme
+from stages.common.lm import bpe
+from stages.common.lm.evaluation import tier_perplexity
+from stages.common.lm.hf import write_hf_folder
+from stages.common.lm.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transformer, load_checkpoint
+from stages.common.lm.token_shards import TIERS, open_tiers
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.params import load_section, param, validate
 
 log = logging.getLogger("refinery.export")
 STAGE = "export"

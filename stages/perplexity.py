@@ -6,16 +6,16 @@ and write the tiered token shards the `train` stage reads.
    `reference.subset_fraction` of each language by `quality_score` when the input has that column,
    else a seeded hash sample) or on the user's `reference.input_dir`, or loaded from
    `reference.checkpoint` (those two paths are not DVC deps: add them to dvc.yaml to have them tracked);
-3. score every document (`stages.common.scoring`): perplexity = exp(mean token NLL), on shards of
+3. score every document (`stages.common.lm.scoring`): perplexity = exp(mean token NLL), on shards of
    `read_batch_docs` documents: in this process (executor local) or as Ray tasks on CPU workers, the
-   model in the object store once (executor ray; stages/common/executor.py). Each shard's scores stay
+   model in the object store once (executor ray; stages/common/runtime/executor.py). Each shard's scores stay
    in `work_dir` with a completion marker until the stage succeeds: a rerun with the same reference LM
    rescores only unfinished shards;
 4. cutoffs per language at `percentiles` (or pooled, or frozen from a CSV) -> easy/medium/hard;
 5. write, streaming the input again:
 
     <out_dir>/docs/part-*.parquet          input columns + perplexity, tier, split, num_tokens
-    <out_dir>/tokens/{train,val}/{easy,medium,hard}.bin|.idx.npy   token shards (stages.common.shards)
+    <out_dir>/tokens/{train,val}/{easy,medium,hard}.bin|.idx.npy   token shards (stages.common.lm.token_shards)
     <out_dir>/tokens/manifest.json         vocabulary, eos id, dtype, docs and tokens per shard
     <out_dir>/cutoffs.csv                  lang, easy_max, medium_max, num_docs, source
     <model_dir>/model.safetensors          the reference LM (config in its metadata)
@@ -39,19 +39,36 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
-from stages.common.cli import stage_main
-from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
-from stages.common.io import ShardWriter, iter_rows, read_table
-from stages.common.model import (CHECKPOINT_NAME, PRESETS, ModelConfig, Transformer, load_checkpoint, preset,
-                                 save_checkpoint)
-from stages.common.params import param, validate
-from stages.common.scoring import (CUTOFF_COLUMNS, HISTOGRAM_COLUMNS, POOLED, assign_tiers, compute_cutoffs,
-                                   cutoff_rows, histogram_rows, read_cutoffs, score_documents)
-from stages.common.shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
-from stages.common.training import (PRECISIONS, OptimParams, fit, resolve_device, resolve_precision,
-                                    seed_everything)
+from stages.common.lm import bpe
+from stages.common.lm.model import (
+    CHECKPOINT_NAME,
+    PRESETS,
+    ModelConfig,
+    Transformer,
+    load_checkpoint,
+    preset,
+    save_checkpoint,
+)
+from stages.common.lm.scoring import (
+    CUTOFF_COLUMNS,
+    HISTOGRAM_COLUMNS,
+    POOLED,
+    assign_tiers,
+    compute_cutoffs,
+    cutoff_rows,
+    histogram_rows,
+    read_cutoffs,
+    score_documents,
+)
+from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
+from stages.common.runtime.executor import WorkDir, check_executor, fingerprint, map_shards
+from stages.common.runtime.params import param, validate
+from stages.common.runtime.parquet import ShardWriter, iter_rows, read_table
+from stages.common.training.fit import fit
+from stages.common.training.optim import OptimParams
 
 log = logging.getLogger("refinery.perplexity")
 STAGE = "perplexity"

@@ -2,17 +2,17 @@
 
 For each step of the schedule (fractions of the ORIGINAL MLP width and head count removed so far):
 1. score every MLP channel and attention head group of the current model on calibration batches
-   (`method`: magnitude, activation or gradient; stages.common.pruning); rank 0 decides, every rank
+   (`method`: magnitude, activation or gradient; stages.common.compress.pruning); rank 0 decides, every rank
    applies the same choice;
 2. keep the top units of each layer (the same count in every layer) -> a physically smaller model;
 3. fine-tune it with distillation from the trained teacher (KL on softened logits plus the LM loss) in
-   the train stage's loop: `stages.common.distill.finetune` runs `stages.common.trainer.Trainer` with a
+   the train stage's loop: `stages.common.compress.distill.finetune` runs `stages.common.training.trainer.Trainer` with a
    distillation loss, data-parallel over torchrun's processes, checkpointed under
    `<checkpoint_dir>/step_<i>/` so a killed run resumes where it stopped;
 4. measure validation perplexity per tier before and after the fine-tune, and save the step.
 
 `python -m stages.prune` (the dvc.yaml command) launches `torchrun` with `nproc_per_node` workers, as
-the train stage does (stages.common.cli).
+the train stage does (stages.common.runtime.cli).
 
 Outputs (rank 0):
 
@@ -36,18 +36,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common import pruning
-from stages.common.atomic import atomic_dir, check_owned_paths, write_json
-from stages.common.checkpoint import CheckpointParams
-from stages.common.cli import stage_main
-from stages.common.distill import DistillParams, finetune, run_fingerprint
-from stages.common.evaluation import tier_perplexity, torch_token_nll
-from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
-from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
-from stages.common.params import param, validate
-from stages.common.pruning import METHODS, Keep, importance, prune, select, units_to_keep
-from stages.common.shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
-from stages.common.training import PRECISIONS, resolve_precision, seed_everything
+from stages.common.compress import pruning
+from stages.common.compress.distill import DistillParams, finetune, run_fingerprint
+from stages.common.compress.pruning import METHODS, Keep, importance, prune, select, units_to_keep
+from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
+from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
+from stages.common.lm.token_shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.device import PRECISIONS, resolve_precision, seed_everything
+from stages.common.runtime.params import param, validate
+from stages.common.training.checkpoint import CheckpointParams
+from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -137,7 +137,7 @@ def run(params: Params) -> dict[str, Any] | None:
         p.requires_grad_(False)
     cfg = teacher.config
     seq_len = params.distill.seq_len or cfg.max_seq_len
-    dp = params.distill
+    distill_p = params.distill
     run_id = fingerprint(params, teacher_file)
     root = Path(params.checkpoint_dir)
     if env.is_main:  # steps beyond the schedule belong to an older configuration
@@ -147,14 +147,14 @@ def run(params: Params) -> dict[str, Any] | None:
 
     def evaluate(model: Transformer) -> dict[str, float]:
         with main_rank_cores(env):
-            return val_perplexity(model, params.tokens_dir, dp.batch_size, params.val_batches, device)
+            return val_perplexity(model, params.tokens_dir, distill_p.batch_size, params.val_batches, device)
 
     metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
                                "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
                                "num_processes": env.world_size}
     if env.is_main:
         metrics.update({f"teacher.val_ppl.{tier}": ppl for tier, ppl in evaluate(teacher).items()})
-    calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, dp.batch_size, 1, params.seed + 1)
+    calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
 
     student = copy.deepcopy(teacher)
     for p in student.parameters():
@@ -169,8 +169,9 @@ def run(params: Params) -> dict[str, Any] | None:
             num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
             student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(device)
             before = evaluate(student) if env.is_main else {}
-            sampler = tier_sampler(params.tokens_dir, seq_len, dp.batch_size, dp.steps, params.seed + 100 * i)
-            history, resumed = finetune(student, teacher, sampler, dp, env, precision, root / f"step_{i}",
+            sampler = tier_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps,
+                                   params.seed + 100 * i)
+            history, resumed = finetune(student, teacher, sampler, distill_p, env, precision, root / f"step_{i}",
                                         f"{run_id}-step{i}", params.checkpoint, student.flops_per_token(seq_len),
                                         desc=f"prune step {i}", progress_bar=params.progress_bar)
             barrier()

@@ -1,7 +1,7 @@
 """`qat` stage: INT8 quantization of the pruned model: a post-training (PTQ) baseline, then
 quantization-aware training (QAT) distilled from the FP32 model.
 
-1. wrap the FP32 model in `DeployLM` with the `scheme` (stages.common.quant): int8 per-channel weights on
+1. wrap the FP32 model in `DeployLM` with the `scheme` (stages.common.compress.quant): int8 per-channel weights on
    every matmul (the output projection too), per-tensor activation quantizers on every matmul input,
    int8 embedding rows;
 2. calibrate the activation observers on `calibration_batches` training windows, freeze them: that is
@@ -15,7 +15,7 @@ quantization-aware training (QAT) distilled from the FP32 model.
    INT8 ONNX graph computes up to rounding; `export` measures the ONNX models themselves).
 
 `python -m stages.qat` (the dvc.yaml command) launches `torchrun` with `nproc_per_node` workers, as
-the train stage does (stages.common.cli). QAT runs on CPU in fp32.
+the train stage does (stages.common.runtime.cli). QAT runs on CPU in fp32.
 
 Outputs (rank 0; each model = a normal checkpoint + its frozen quantizer state):
 
@@ -36,19 +36,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common import deploy, quant
-from stages.common.atomic import atomic_dir, check_owned_paths, write_json
-from stages.common.checkpoint import CheckpointParams
-from stages.common.cli import stage_main
-from stages.common.deploy import DeployLM
-from stages.common.distill import DistillOptim, DistillParams, finetune, run_fingerprint
-from stages.common.evaluation import tier_perplexity, torch_token_nll
-from stages.common.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from stages.common.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
-from stages.common.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
-from stages.common.shards import TierMix, TierRatios, TierSampler, open_tiers
-from stages.common.params import param, validate
-from stages.common.training import seed_everything
+from stages.common.compress import deployable, onnx_runtime, quant
+from stages.common.compress.deployable import DeployLM
+from stages.common.compress.distill import DistillOptim, DistillParams, finetune, run_fingerprint
+from stages.common.compress.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
+from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
+from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from stages.common.lm.token_shards import TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.device import seed_everything
+from stages.common.runtime.params import param, validate
+from stages.common.training.checkpoint import CheckpointParams
+from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
 
 log = logging.getLogger("refinery.qat")
 STAGE = "qat"
@@ -108,7 +108,7 @@ NOT_FINGERPRINTED = {"model_dir", "tokens_dir", "out_dir", "metrics_path", "chec
 def fingerprint(params: Params, model_file: Path) -> str:
     """The run's identity: the shaping params, the FP32 model's and the token shards' contents, the code."""
     return run_fingerprint(params, NOT_FINGERPRINTED, model_file, params.tokens_dir,
-                           (sys.modules[__name__], deploy, quant))
+                           (sys.modules[__name__], deployable, onnx_runtime, quant))
 
 
 def run(params: Params) -> dict[str, Any] | None:
@@ -123,18 +123,18 @@ def run(params: Params) -> dict[str, Any] | None:
     fp32 = load_checkpoint(model_file).eval()
     for p in fp32.parameters():
         p.requires_grad_(False)
-    cfg, dp = fp32.config, params.distill
-    seq_len = dp.seq_len or cfg.max_seq_len
+    cfg, distill_p = fp32.config, params.distill
+    seq_len = distill_p.seq_len or cfg.max_seq_len
 
     def perplexity(model: torch.nn.Module) -> dict[str, float]:
         with main_rank_cores(env):
             return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
-                                   dp.batch_size, params.val_batches)
+                                   distill_p.batch_size, params.val_batches)
 
     metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
     if env.is_main:
         metrics.update({f"fp32.val_ppl.{k}": v for k, v in perplexity(fp32).items()})
-    calibration = sampler(params.tokens_dir, cfg.max_seq_len, dp.batch_size, 1, params.seed + 1)
+    calibration = sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
     batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
 
     t0 = time.perf_counter()
@@ -148,9 +148,9 @@ def run(params: Params) -> dict[str, Any] | None:
     qat = copy.deepcopy(ptq)
     for p in qat.parameters():
         p.requires_grad_(True)
-    train = sampler(params.tokens_dir, seq_len, dp.batch_size, dp.steps, params.seed + 2)
+    train = sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
     # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
-    history, resumed = finetune(qat, fp32, train, dp, env, "fp32", Path(params.checkpoint_dir),
+    history, resumed = finetune(qat, fp32, train, distill_p, env, "fp32", Path(params.checkpoint_dir),
                                 fingerprint(params, model_file), params.checkpoint, fp32.flops_per_token(seq_len),
                                 desc="qat", progress_bar=params.progress_bar)
     barrier()

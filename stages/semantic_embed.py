@@ -23,14 +23,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common.atomic import atomic_dir, check_owned_paths, write_json
-from stages.common.io import read_table
-from stages.common.langid import LANGUAGES, LanguageIdentifier
-from stages.common.normalize import NormalizeOptions, normalize
-from stages.common.cli import stage_main
-from stages.common.params import param, validate
-from stages.common.pool import resolve_workers
-from stages.common.semantic import DEFAULT_ENCODER, KEEP, Encoder
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.executor import resolve_workers
+from stages.common.runtime.params import param, validate
+from stages.common.runtime.parquet import read_table
+from stages.common.semantic.encoder import DEFAULT_ENCODER, Encoder
+from stages.common.semantic.head import KEEP
+from stages.common.text.langid import LANGUAGES, LanguageIdentifier
+from stages.common.text.normalize import NormalizeOptions, normalize
 
 log = logging.getLogger("refinery.semantic_embed")
 STAGE = "semantic_embed"

@@ -2,9 +2,9 @@
 
 Picks a threshold per language on the head's validation scores (maximum F1 of the drop decision, or
 the highest-recall threshold reaching `target_precision`), then scores every clean document with its
-language's head (stages/common/semantic.py) and drops those whose probability of `keep` is below it.
+language's head (stages/common/semantic/head.py) and drops those whose probability of `keep` is below it.
 Scoring runs on shards of `batch_size` documents in workers (a local process pool or Ray tasks:
-stages/common/executor.py), each shard's scores kept in `work_dir` with a completion marker until the
+stages/common/runtime/executor.py), each shard's scores kept in `work_dir` with a completion marker until the
 stage succeeds, so a rerun redoes only unfinished shards; the heads go to the workers once.
 
     <out_dir>/docs/part-*.parquet        kept documents, the clean columns plus `quality_score` (p_keep)
@@ -24,13 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common.atomic import atomic_dir, check_owned_paths, write_json
-from stages.common.io import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter, iter_rows
-from stages.common.cli import stage_main
-from stages.common.params import param, validate
-from stages.common.executor import WorkDir, check_executor, fingerprint, map_shards
-from stages.common.pool import resolve_workers
-from stages.common.semantic import KEEP, Features, NgramParams, binary_report, choose_threshold, load_heads, predict
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.executor import WorkDir, check_executor, fingerprint, map_shards, resolve_workers
+from stages.common.runtime.params import param, validate
+from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter, iter_rows
+from stages.common.semantic.features import Features, NgramParams
+from stages.common.semantic.head import KEEP, binary_report, choose_threshold, load_heads, predict
 
 log = logging.getLogger("refinery.semantic_filter")
 STAGE = "semantic_filter"

@@ -2,7 +2,7 @@
 
 One head per language with enough labels (plus a pooled head for every other language): multinomial
 logistic regression over the sentence embedding, hashed n-grams and layout features
-(stages/common/semantic.py). A deterministic hash of each example's id puts it in train or validation.
+(stages/common/semantic/head.py). A deterministic hash of each example's id puts it in train or validation.
 Outputs, so that choosing a threshold (stage `semantic_filter`) needs neither embedding nor training:
 
     <out_dir>/head.safetensors   weights of every head (prefix `<lang>.`)
@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from safetensors.torch import save_file
 
-from stages.common.atomic import atomic_dir, check_owned_paths, write_json
-from stages.common.cli import stage_main
-from stages.common.params import param, validate
-from stages.common.semantic import KEEP, Features, NgramParams, binary_report, predict, train_head
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.params import param, validate
+from stages.common.semantic.features import Features, NgramParams
+from stages.common.semantic.head import KEEP, binary_report, predict, train_head
 
 log = logging.getLogger("refinery.semantic_head")
 STAGE = "semantic_head"

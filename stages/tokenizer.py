@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from stages.common import tokenizer as bpe
-from stages.common.atomic import atomic_dir, check_owned_paths, write_json
-from stages.common.cli import stage_main
-from stages.common.io import read_table
-from stages.common.params import param, validate
+from stages.common.lm import bpe
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.params import param, validate
+from stages.common.runtime.parquet import read_table
 
 log = logging.getLogger("refinery.tokenizer")
 STAGE = "tokenizer"

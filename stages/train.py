@@ -6,11 +6,11 @@ runs `run()`. For several nodes, start `torchrun --nnodes ... -m stages.train` y
 worker does not care who launched it.
 
 Per worker: join the process group (gloo on CPU, NCCL on GPU), build the model from the preset, apply
-the parallel layout (stages.common.parallel), resume from the newest valid checkpoint of the same run
-if there is one, train (stages.common.trainer), checkpoint every `checkpoint.every` steps and at the
+the parallel layout (stages.common.training.parallel), resume from the newest valid checkpoint of the same run
+if there is one, train (stages.common.training.trainer), checkpoint every `checkpoint.every` steps and at the
 end. Rank 0 then writes
 
-    <model_dir>/model.safetensors     the consolidated model (stages.common.model format) for prune/qat/export
+    <model_dir>/model.safetensors     the consolidated model (stages.common.lm.model format) for prune/qat/export
     <metrics_path>                    final figures (flat JSON)
     <steps_path>, <val_path>          per-step curves and per-tier validation perplexity (`dvc plots`)
 
@@ -32,22 +32,30 @@ from typing import Any
 
 import torch.distributed as dist
 
-from stages.common import checkpoint
-from stages.common import model as model_module
-from stages.common import parallel as parallel_module
-from stages.common import shards as shards_module
-from stages.common import trainer as trainer_module
-from stages.common import training as training_module
-from stages.common.atomic import atomic_dir, check_owned_paths, write_csv, write_json
-from stages.common.checkpoint import CheckpointParams
-from stages.common.cli import stage_main
-from stages.common.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
-from stages.common.parallel import (ParallelParams, build_mesh, init_distributed, parallelize, pipeline_loss,
-                                    set_cpu_threads)
-from stages.common.shards import TIERS, TierMix, TierSampler, open_tiers, read_manifest
-from stages.common.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
-from stages.common.params import param, validate
-from stages.common.training import OptimParams, configure_optimizer, resolve_precision, seed_everything
+from stages.common.lm import model as model_module
+from stages.common.lm import token_shards as shards_module
+from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
+from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, open_tiers, read_manifest
+from stages.common.runtime import device as device_module
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.device import resolve_precision, seed_everything
+from stages.common.runtime.params import param, validate
+from stages.common.training import checkpoint
+from stages.common.training import optim as optim_module
+from stages.common.training import parallel as parallel_module
+from stages.common.training import trainer as trainer_module
+from stages.common.training.checkpoint import CheckpointParams
+from stages.common.training.optim import OptimParams, configure_optimizer
+from stages.common.training.parallel import (
+    ParallelParams,
+    build_mesh,
+    init_distributed,
+    parallelize,
+    pipeline_loss,
+    set_cpu_threads,
+)
+from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
 
 log = logging.getLogger("refinery.train")
 STAGE = "train"
@@ -115,7 +123,7 @@ def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
                            if k not in ("compile", "activation_checkpointing")}
     return checkpoint.fingerprint({"params": shaping, "data": manifest},
                                   (sys.modules[__name__], trainer_module, parallel_module, checkpoint, model_module,
-                                   shards_module, training_module))
+                                   shards_module, device_module, optim_module))
 
 
 # ---- one worker --------------------------------------------------------------------------------------

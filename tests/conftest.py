@@ -20,7 +20,7 @@ SHARED_DEVSET = ROOT.parent / "shared" / "devset"
 def pytest_report_header(config) -> str:
     """Which integer kernels onnxruntime runs INT8 models with here: the INT8 tests' results must not depend
     on it (they also run the models on an emulated AVX2 CPU without VNNI)."""
-    from stages.common.deploy import cpu_flags, int8_kernels
+    from stages.common.compress.onnx_runtime import cpu_flags, int8_kernels
     flags = sorted(f for f in cpu_flags() if f.startswith(("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
                                                            "amx_int8")))
     return f"cpu: {' '.join(flags) or 'no AVX2'}; onnxruntime int8 kernels: {int8_kernels()}"

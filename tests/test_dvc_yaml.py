@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.common.params import from_dict
+from stages.common.runtime.params import from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())

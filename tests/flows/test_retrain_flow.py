@@ -20,11 +20,12 @@ import torch
 
 from flows.registry import MODEL_FILE
 from flows.retrain import retrain
-from stages.common import tokenizer as bpe
-from stages.common.model import Transformer, preset, save_checkpoint
-from stages.common.training import OptimParams, fit
+from stages.common.lm import bpe
+from stages.common.lm.model import Transformer, preset, save_checkpoint
+from stages.common.training.fit import fit
+from stages.common.training.optim import OptimParams
+from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs  # noqa: F401 (fixture)
 from tests.flows.conftest import flow_run_id, make_repo, shipped_config, task_runs
-from tests.lm_corpus import one_torch_thread, synthetic_docs  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server", "one_torch_thread")]
 

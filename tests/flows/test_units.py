@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from flows.artifacts import artifact_key, comparison_rows, flatten, markdown_table
+from flows.commands import CommandFailed, CommandResult
 from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
-from flows.commands import CommandFailed, CommandResult
 from flows.registry import Evaluation, decide
 from flows.validation import check_experiment_name, check_overrides, looks_like_path, names_location
 from tests.conftest import ROOT

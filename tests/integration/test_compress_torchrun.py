@@ -18,11 +18,11 @@ import yaml
 from safetensors.torch import load_file
 
 from stages import prune, qat
-from stages.common.checkpoint import CheckpointParams
-from stages.common.distill import DistillParams
-from stages.common.model import CHECKPOINT_NAME
-from tests.common.compress_fixtures import make_inputs, tiny_prune_params, tiny_qat_params
+from stages.common.compress.distill import DistillParams
+from stages.common.lm.model import CHECKPOINT_NAME
+from stages.common.training.checkpoint import CheckpointParams
 from tests.conftest import ROOT
+from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
 from tests.integration.test_train_torchrun import sigkill_a_worker
 
 pytestmark = pytest.mark.integration

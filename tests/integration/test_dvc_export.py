@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.common.compress_fixtures import make_inputs
 from tests.conftest import BIN, init_dvc_repo, sh
-from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.fixtures.compress import make_inputs
+from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

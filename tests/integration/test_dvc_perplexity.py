@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.common.shards import TIERS, open_tiers
+from stages.common.lm.token_shards import TIERS, open_tiers
 from tests.conftest import BIN, init_dvc_repo, sh
 
 pytestmark = pytest.mark.integration

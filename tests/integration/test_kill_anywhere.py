@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import clean, perplexity
-from stages.common.atomic import SUCCESS_MARKER
-from tests.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
-from tests.stages.test_clean import corpus as clean_corpus, make_params as clean_params
+from stages.common.runtime.atomic import SUCCESS_MARKER
+from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
+from tests.stages.test_clean import corpus as clean_corpus
+from tests.stages.test_clean import make_params as clean_params
 from tests.stages.test_perplexity import make_params as ppl_params
 from tests.stages.test_semantic_filter import pipeline  # noqa: F401 (fixture: clean -> embed -> head on fixtures)
 

@@ -14,13 +14,16 @@ import numpy as np
 import pytest
 
 from stages import clean, perplexity, semantic_filter
-from stages.common.atomic import SUCCESS_MARKER, is_complete
-from stages.common.executor import WorkDir, init_ray, map_shards
-from stages.common.io import read_table
+from stages.common.runtime.atomic import SUCCESS_MARKER, is_complete
+from stages.common.runtime.executor import WorkDir, init_ray, map_shards
+from stages.common.runtime.parquet import read_table
 from tests.conftest import sh
-from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
-from tests.stages.test_clean import corpus as clean_corpus, make_params as clean_params, outputs
-from tests.stages.test_perplexity import corpus as ppl_corpus, make_params as ppl_params  # noqa: F401 (fixture)
+from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.stages.test_clean import corpus as clean_corpus
+from tests.stages.test_clean import make_params as clean_params
+from tests.stages.test_clean import outputs
+from tests.stages.test_perplexity import corpus as ppl_corpus  # noqa: F401 (fixture)
+from tests.stages.test_perplexity import make_params as ppl_params
 from tests.stages.test_semantic_filter import pipeline  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration

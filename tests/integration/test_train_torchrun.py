@@ -21,7 +21,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from stages.common.model import CHECKPOINT_NAME
+from stages.common.lm.model import CHECKPOINT_NAME
 from tests.conftest import ROOT
 from tests.stages.test_train import write_token_shards
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages import clean
-from stages.common.io import QUARANTINE_SCHEMA, ShardWriter, read_table
-from stages.common.readers import InputError
+from stages.common.runtime.parquet import QUARANTINE_SCHEMA, ShardWriter, read_table
+from stages.common.text.readers import InputError
 from tests.conftest import load_bench, write_jsonl
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "

@@ -6,9 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from stages.common.normalize import NormalizeOptions, normalize
-from stages.demo_corpus import (MALFORMED, Builder, Params, _prose, api_doc, api_docs, harvest, licence_texts,
-                                 po_catalogs, po_messages, run, to_traditional)
+from stages.common.text.normalize import NormalizeOptions, normalize
+from stages.demo_corpus import (
+    MALFORMED,
+    Builder,
+    Params,
+    _prose,
+    api_doc,
+    api_docs,
+    harvest,
+    licence_texts,
+    po_catalogs,
+    po_messages,
+    run,
+    to_traditional,
+)
 
 # Genres of the keep class beyond articles (see the module docstring), recognised by their layout.
 MAN = re.compile(r"^(?:NAME|名称|名稱)(?:（NAME）)?\n", re.M)

@@ -9,13 +9,14 @@ import torch
 import yaml
 
 from stages import export, prune, qat
-from stages.common.deploy import DeployLM, bound_forward, export_onnx, run_logits, session
-from stages.common.hf import write_hf_folder
-from stages.common.model import Transformer, preset
-from stages.common.pruning import magnitude_importance, select
-from stages.common.pruning import prune as prune_model
-from tests.common.compress_fixtures import make_inputs, tiny_prune_params, tiny_qat_params
-from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from stages.common.compress.deployable import DeployLM
+from stages.common.compress.onnx_runtime import bound_forward, export_onnx, run_logits, session
+from stages.common.compress.pruning import magnitude_importance, select
+from stages.common.compress.pruning import prune as prune_model
+from stages.common.lm.hf import write_hf_folder
+from stages.common.lm.model import Transformer, preset
+from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
+from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB = 97

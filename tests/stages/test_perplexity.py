@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from stages import perplexity, tokenizer
-from stages.common import tokenizer as bpe
-from stages.common.io import read_table
-from stages.common.model import load_checkpoint
-from stages.common.shards import SPLITS, TIERS, TokenShard, open_tiers
-from tests.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
+from stages.common.lm import bpe
+from stages.common.lm.model import load_checkpoint
+from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, open_tiers
+from stages.common.runtime.parquet import read_table
+from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 NUM_DOCS = 240

@@ -4,20 +4,19 @@ import shutil
 
 import pytest
 import torch
-
-from stages import prune
 from safetensors.torch import load_file
 
-from stages.common import checkpoint
-from stages.common.checkpoint import CheckpointParams
-from stages.common.distill import DistillOptim, DistillParams, distill_loss, finetune
-from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
-from stages.common.parallel import DistEnv
-from stages.common.pruning import importance, magnitude_importance, mask, select, units_to_keep
-from stages.common.pruning import prune as prune_model
-from stages.common.shards import TierMix, TierSampler, open_tiers
-from tests.common.compress_fixtures import make_inputs
-from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from stages import prune
+from stages.common.compress.distill import DistillOptim, DistillParams, distill_loss, finetune
+from stages.common.compress.pruning import importance, magnitude_importance, mask, select, units_to_keep
+from stages.common.compress.pruning import prune as prune_model
+from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
+from stages.common.lm.token_shards import TierMix, TierSampler, open_tiers
+from stages.common.training import checkpoint
+from stages.common.training.checkpoint import CheckpointParams
+from stages.common.training.parallel import DistEnv
+from tests.fixtures.compress import make_inputs
+from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 from tests.stages.test_train import write_token_shards
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -73,7 +72,7 @@ def test_magnitude_scores_are_l1_norms_and_selection_keeps_the_largest(model):
 
 
 def test_pruned_checkpoint_round_trips(model, tmp_path):
-    from stages.common.model import save_checkpoint
+    from stages.common.lm.model import save_checkpoint
     pruned = prune_model(model, select(magnitude_importance(model), 16, 1))
     path = save_checkpoint(pruned, tmp_path / CHECKPOINT_NAME)
     loaded = load_checkpoint(path).eval()

@@ -11,15 +11,30 @@ from onnx import numpy_helper
 from safetensors.torch import load_file
 
 from stages import qat
-from stages.common import checkpoint
-from stages.common.checkpoint import CheckpointParams
-from stages.common.deploy import (DeployLM, emulated_logits, export_onnx, int8_kernels, optimize_onnx, run_logits,
-                                  session)
-from stages.common.model import CHECKPOINT_NAME, Transformer, preset
-from stages.common.quant import (ActQuant, QuantScheme, fake_quant_weight, freeze, load_quant_state,
-                                 quantize_weight, read_scheme, set_mode)
-from tests.common.compress_fixtures import make_inputs, tiny_qat_params
-from tests.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from stages.common.compress.deployable import DeployLM
+from stages.common.compress.onnx_runtime import (
+    emulated_logits,
+    export_onnx,
+    int8_kernels,
+    optimize_onnx,
+    run_logits,
+    session,
+)
+from stages.common.compress.quant import (
+    ActQuant,
+    QuantScheme,
+    fake_quant_weight,
+    freeze,
+    load_quant_state,
+    quantize_weight,
+    read_scheme,
+    set_mode,
+)
+from stages.common.lm.model import CHECKPOINT_NAME, Transformer, preset
+from stages.common.training import checkpoint
+from stages.common.training.checkpoint import CheckpointParams
+from tests.fixtures.compress import make_inputs, tiny_qat_params
+from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB = 97

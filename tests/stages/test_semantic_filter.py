@@ -4,12 +4,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
 from stages import clean, semantic_embed, semantic_filter, semantic_head
-from stages.common.io import read_table
-from stages.common.semantic import Encoder, choose_threshold, layout_features
+from stages.common.runtime.parquet import read_table
+from stages.common.semantic.encoder import Encoder
+from stages.common.semantic.features import layout_features
+from stages.common.semantic.head import choose_threshold
 from tests.conftest import write_jsonl
 
 ZH_ADS = ["限时特价，点击购买！蓝牙耳机仅需¥{p}元！全场{z}折起，包邮到家！！！加微信抢购，库存仅剩{n}件！",

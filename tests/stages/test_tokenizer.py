@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from stages import tokenizer
-from stages.common import tokenizer as bpe
-from tests.lm_corpus import EN, ZH, synthetic_docs, write_docs
+from stages.common.lm import bpe
+from tests.fixtures.lm_corpus import EN, ZH, synthetic_docs, write_docs
 
 
 def make_params(tmp_path: Path, **overrides) -> tokenizer.Params:

@@ -13,13 +13,13 @@ import torch
 from safetensors.torch import load_file
 
 from stages import train
-from stages.common import checkpoint
-from stages.common.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
-from stages.common.params import from_dict
-from stages.common.parallel import ParallelParams, parallelize
-from stages.common.shards import TIERS, TierMix, TierSampler, TokenShardWriter, open_tiers
-from stages.common.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
-from stages.common.training import OptimParams, configure_optimizer
+from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
+from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShardWriter, open_tiers
+from stages.common.runtime.params import from_dict
+from stages.common.training import checkpoint
+from stages.common.training.optim import OptimParams, configure_optimizer
+from stages.common.training.parallel import ParallelParams, parallelize
+from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
 
 VOCAB = 256
 

@@ -1,0 +1,138 @@
+"""Knowledge distillation: fine-tune a student against a frozen teacher's temperature-softened logits.
+
+loss = kd_weight * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + lm_weight * CE(student, targets)
+
+(Hinton et al.: the T^2 keeps the soft term's gradient scale independent of T.) The fine-tune is the
+train stage's own loop (`stages.common.trainer.Trainer`, with `DistillLoss` as its loss): the same
+optimizer groups, warmup + cosine, autocast and loss scaling, clipping, non-finite guard, data-parallel
+processes under torchrun (the student replicated by DDP: `stages.common.parallel.replicate`) and
+resumable checkpoints (`stages.common.training.checkpoint`). The student is any module mapping ids (B, T) to
+logits (B, T, V): a pruned `Transformer`, or the fake-quantized model of `stages.common.compress.deployable` during
+quantization-aware training.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stages.common.lm.token_shards import TierSampler, read_manifest
+from stages.common.runtime.digest import file_digest
+from stages.common.runtime.params import param
+from stages.common.training import checkpoint
+from stages.common.training import trainer as trainer_module
+from stages.common.training.checkpoint import CheckpointParams
+from stages.common.training.optim import OptimParams, configure_optimizer
+from stages.common.training.parallel import DistEnv, replicate
+from stages.common.training.trainer import DynamicClip, LossScaler, TrainConfig, Trainer
+
+
+@dataclass(frozen=True)
+class DistillOptim(OptimParams):
+    """Fine-tuning a model that already works: a lower peak rate and a short warmup."""
+    lr: float = param(5e-4, gt=0.0)  # a field declared again loses its rules: they are stated again
+    warmup_steps: int = param(10, min=0)
+    weight_decay: float = param(0.0, min=0.0)
+
+
+@dataclass(frozen=True)
+class DistillParams:
+    steps: int = param(100, min=0)
+    batch_size: int = param(8, min=1)
+    seq_len: int = param(0, min=0)  # 0 = the model's max_seq_len
+    temperature: float = param(2.0, gt=0.0)
+    kd_weight: float = param(0.7, min=0.0)  # weight of the KL term
+    lm_weight: float = param(0.3, min=0.0)  # weight of the cross-entropy on the real next tokens
+    optim: DistillOptim = field(default_factory=DistillOptim)
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or self.seq_len < 0:
+            raise ValueError(f"distillation: steps >= 0, batch_size >= 1, seq_len >= 0 (got {self})")
+        if self.temperature <= 0 or self.kd_weight < 0 or self.lm_weight < 0 or self.kd_weight + self.lm_weight <= 0:
+            raise ValueError(f"distillation: temperature > 0 and non-negative weights with a positive sum (got {self})")
+
+
+def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
+                 temperature: float, kd_weight: float, lm_weight: float
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, KL at temperature T, cross-entropy), each a mean over positions; logits (B, T, V)."""
+    vocab = student_logits.shape[-1]
+    s = student_logits.float().reshape(-1, vocab)
+    t = teacher_logits.float().reshape(-1, vocab)
+    kl = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1), log_target=True,
+                  reduction="batchmean")
+    ce = F.cross_entropy(s, targets.reshape(-1))
+    return kd_weight * temperature ** 2 * kl + lm_weight * ce, kl, ce
+
+
+class DistillLoss:
+    """The trainer's loss for a student (the module it is called with) against a frozen `teacher`."""
+
+    def __init__(self, teacher: nn.Module, p: DistillParams) -> None:
+        self.teacher, self.p = teacher.eval(), p
+
+    def __call__(self, module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with torch.no_grad():
+            teacher_logits = self.teacher(inputs)
+        loss, kl, ce = distill_loss(module(inputs), teacher_logits, targets, self.p.temperature, self.p.kd_weight,
+                                    self.p.lm_weight)
+        return loss, {"kl": kl.detach(), "ce": ce.detach()}
+
+
+def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: DistillParams, env: DistEnv,
+             precision: str, root: Path, run_id: str, ckpt: CheckpointParams, flops_per_token: float,
+             desc: str = "distill", progress_bar: bool = True) -> tuple[list[dict[str, Any]], int | None]:
+    """Distil `teacher` into `student` (in place) for `p.steps` steps of `sampler`'s global batches
+    (`p.batch_size` sequences, split over the data-parallel processes), checkpointing under `root` every
+    `ckpt.every` steps and at the end. A run with the same `run_id` resumes from its newest valid
+    checkpoint (a finished one trains nothing). Collective under torchrun.
+
+    Returns the trainer's rows (one per step: loss, kl, ce, lr, grad_norm, ...) and the step it resumed
+    from (None for a fresh start)."""
+    if p.steps == 0:
+        return [], None
+    if p.batch_size % env.world_size:
+        raise ValueError(f"distillation batch_size {p.batch_size} must be a multiple of the {env.world_size} "
+                         "data-parallel processes")
+    teacher.eval()
+    student.train()
+    parts = replicate(student, env)
+    optimizer = configure_optimizer(parts.module, p.optim, env.device)
+    cfg = TrainConfig(max_steps=p.steps, micro_batch_size=p.batch_size // env.world_size,
+                      gradient_accumulation_steps=1, seq_len=sampler.seq_len, precision=precision, optim=p.optim,
+                      dynamic_clip=DynamicClip(enabled=False), eval_windows=0)
+    trainer = Trainer(parts, optimizer, sampler, cfg, env.device, flops_per_token, LossScaler(precision == "fp16"),
+                      DistillLoss(teacher, p))
+    state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
+    if state is not None:
+        trainer.load_state_dict(state)
+
+    def save() -> None:
+        checkpoint.save(root, trainer.step, parts.module, optimizer, {**trainer.state_dict(), "fingerprint": run_id},
+                        ckpt.keep)
+
+    trainer.fit({}, 0, ckpt.every, save, log_every=max(1, p.steps // 10), is_main=env.is_main,
+                progress_bar=progress_bar, desc=desc)
+    student.eval()
+    return trainer.history, state["step"] if state is not None else None
+
+
+def run_fingerprint(params: Any, excluded: set[str], model_file: Path, tokens_dir: str,
+                    code: Iterable[ModuleType]) -> str:
+    """A fine-tune's identity for resuming: the stage's params that shape the weights (all but
+    `excluded`), the contents of the model it starts from and of the token shards (their manifest), and
+    the code (`code`, this module, the trainer, the checkpoint format)."""
+    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in excluded}
+    data = {"model": file_digest(model_file),
+            "tokens": read_manifest(tokens_dir)}
+    return checkpoint.fingerprint({"params": shaping, "data": data},
+                                  (*code, sys.modules[__name__], trainer_module, checkpoint))

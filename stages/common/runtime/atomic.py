@@ -1,0 +1,174 @@
+"""Atomic outputs: write to a temporary sibling, then rename into place.
+
+A reader (or DVC) never sees a half-written file or folder. A folder output gets a `_SUCCESS`
+marker as its last file; consumers treat a folder without it as incomplete.
+
+A stage replaces or deletes only folders it made: an output folder with its marker, a work folder with its
+fingerprint (stages.common.runtime.executor), or an empty folder. `check_owned_paths`, called first in each stage's
+`run`, refuses any other existing folder and output folders that overlap the stage's inputs, each other,
+the working directory or `data/`, before anything runs. The temporary siblings a killed run leaves
+(`.<name>.*.tmp`, `.<name>.old`) are removed when the next run publishes that folder.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import glob
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+SUCCESS_MARKER = "_SUCCESS"
+WORK_MARKER = "_FINGERPRINT"  # a work folder's: the digest of what its shards were computed from
+WORK_LOCK = "_LOCK"  # a work folder's: held (flock) by the run using it, which it names
+
+
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publishable(path: Path, mode: int) -> None:
+    """mkstemp/mkdtemp create private (0600/0700) entries; give the output normal permissions."""
+    os.chmod(path, mode & ~_umask())
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        _publishable(tmp_path, 0o666)
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def check_replaceable(path: str | Path, marker: str, key: str, ignore: frozenset[str] = frozenset()) -> None:
+    """ValueError unless `path` is absent, an empty folder, or a folder holding `marker` (entries named in
+    `ignore` do not count as content)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    if path.is_dir() and ((path / marker).is_file() or all(e.name in ignore for e in path.iterdir())):
+        return
+    raise ValueError(f"refusing to replace {path}: it exists and was not created by this stage; "
+                     f"remove it or pick another {key}")
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Delete the temporary siblings of `path` that killed runs left; skip those a live run holds."""
+    pattern = glob.escape(f".{path.name}.")
+    for tmp in path.parent.glob(f"{pattern}*.tmp"):
+        if tmp.is_symlink() or not tmp.is_dir():  # atomic_path's files, or not ours
+            continue
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:  # published by its run meanwhile
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # held by the run filling it
+            continue
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            os.close(fd)
+    shutil.rmtree(path.with_name(f".{path.name}.old"), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, key: str = "output folder") -> Iterator[Path]:
+    """Yield a fresh temporary folder; on success write the marker and swap it in for `path`. An existing
+    `path` is replaced only if it is empty or has the marker (ValueError naming `key` otherwise)."""
+    path = Path(path)
+    check_replaceable(path, SUCCESS_MARKER, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when this process ends, however it ends
+    try:
+        yield tmp
+        (tmp / SUCCESS_MARKER).write_text("")
+        _publishable(tmp, 0o777)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock)
+
+
+def _folder(path: str | Path) -> Path:
+    """The folder a path names, resolved; for a glob, the folder before its first wildcard."""
+    parts = Path(path).expanduser().parts
+    plain = list(itertools.takewhile(lambda p: not glob.has_magic(p), parts))
+    return Path(*plain).resolve() if plain else Path.cwd()
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+
+def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Mapping[str, str | Path],
+                      work: Mapping[str, str | Path] | None = None) -> None:
+    """For the start of a stage's `run`, before any work: ValueError naming the param when an output folder
+    (`outputs`: published with `atomic_dir`; `work`: a WorkDir) is the working directory, contains it, is
+    `data/`, overlaps an input or another output, or exists without this stage's marker. Empty input
+    params ("": not used) are skipped."""
+    work = dict(work or {})
+    cwd = Path.cwd().resolve()
+    sources = {key: _folder(path) for key, path in inputs.items() if str(path)}
+    folders = {key: Path(path).expanduser().resolve() for key, path in {**outputs, **work}.items()}
+    for key, folder in folders.items():
+        name = f"'{stage}.{key}'"
+        if cwd.is_relative_to(folder) or folder == cwd / "data":
+            raise ValueError(f"param {name} must be a folder of its own, not {folder}: the stage replaces it whole")
+        for source_key, source in sources.items():
+            if _overlap(folder, source):
+                raise ValueError(f"param {name} ({folder}) overlaps input '{stage}.{source_key}' ({source}); "
+                                 f"pick a folder outside the stage's inputs")
+        for other_key, other in folders.items():
+            if other_key < key and _overlap(folder, other):
+                raise ValueError(f"params {name} and '{stage}.{other_key}' overlap ({folder}, {other}); "
+                                 f"give each a folder of its own")
+        if key in work:
+            check_replaceable(folder, WORK_MARKER, f"{stage}.{key}", frozenset({WORK_LOCK}))
+        else:
+            check_replaceable(folder, SUCCESS_MARKER, f"{stage}.{key}")
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_csv(path: str | Path, header: list[str], rows: list[tuple[Any, ...]] | list[list[Any]]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def is_complete(path: str | Path) -> bool:
+    return (Path(path) / SUCCESS_MARKER).is_file()

@@ -1,0 +1,3 @@
+"""The semantic filter's model parts: features, the classification head, the sentence encoder. Imports
+`runtime` and `text`.
+"""

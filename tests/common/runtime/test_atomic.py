@@ -1,0 +1,131 @@
+"""Stages replace or delete only what they made: output folders with their marker, work folders with their
+fingerprint, empty folders; never an input, the working directory or `data/`."""
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stages import clean
+from stages.common.runtime.atomic import SUCCESS_MARKER, atomic_dir, check_owned_paths
+from stages.common.runtime.executor import WorkDir
+from tests.stages.test_clean import corpus, make_params
+
+
+def test_a_folder_without_the_marker_is_refused_and_kept(tmp_path):
+    target = tmp_path / "raw"
+    target.mkdir()
+    (target / "part-0.jsonl").write_text("{}\n")
+    with pytest.raises(ValueError, match=r"^refusing to replace .*raw: it exists and was not created by this stage; "
+                                         r"remove it or pick another clean.out_dir$"):
+        with atomic_dir(target, "clean.out_dir"):
+            pass
+    assert (target / "part-0.jsonl").read_text() == "{}\n"
+    with pytest.raises(ValueError, match="pick another work_dir"):
+        WorkDir(target, "fp")
+    assert sorted(p.name for p in target.iterdir()) == ["part-0.jsonl"]
+
+
+def test_own_output_and_empty_folders_are_replaced(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()  # empty: as DVC may leave it
+    for value in ("one", "two"):
+        with atomic_dir(target) as tmp:
+            (tmp / "value").write_text(value)
+        assert (target / "value").read_text() == value and (target / SUCCESS_MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_leftovers_of_a_killed_run_are_removed_but_not_a_live_runs(tmp_path):
+    target = tmp_path / "out"
+    dead_tmp, old = tmp_path / ".out.abc123.tmp", tmp_path / ".out.old"
+    for folder in (dead_tmp, old):
+        folder.mkdir()
+        (folder / "half").write_text("x")
+    other = tmp_path / ".outer.x.tmp"  # another output's
+    other.mkdir()
+    with atomic_dir(target) as live_tmp:  # live: held by this run; a second publisher must leave it alone
+        with atomic_dir(target) as second:
+            (second / "v").write_text("2")
+        assert live_tmp.is_dir()
+        (live_tmp / "v").write_text("1")
+    assert not dead_tmp.exists() and not old.exists() and other.is_dir()
+    assert (target / "v").read_text() == "1"
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"work_dir": "{raw}"}, r"'clean.work_dir' .* overlaps input 'clean.input'"),  # deleted the input
+    ({"work_dir": "{tmp}"}, r"'clean.work_dir' .* overlaps input 'clean.input'"),  # its parent
+    ({"out_dir": "{raw}/out"}, r"'clean.out_dir' .* overlaps input 'clean.input'"),
+    ({"work_dir": "{tmp}/out/work"}, r"params 'clean.work_dir' and 'clean.out_dir' overlap"),
+    ({"work_dir": "{cwd}"}, r"param 'clean.work_dir' must be a folder of its own"),
+    ({"out_dir": "/"}, r"param 'clean.out_dir' must be a folder of its own"),
+    ({"out_dir": "{cwd}/data"}, r"param 'clean.out_dir' must be a folder of its own"),
+    ({"out_dir": "{tmp}/other"}, r"refusing to replace .*other: .* pick another clean.out_dir$"),
+    ({"work_dir": "{tmp}/other"}, r"refusing to replace .*other: .* pick another clean.work_dir$"),
+])
+def test_clean_refuses_paths_it_does_not_own_before_any_work(tmp_path, overrides, match):
+    raw = corpus(tmp_path)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious").write_text("keep me")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    paths = {k: v.format(raw=raw, tmp=tmp_path, cwd=Path.cwd()) for k, v in overrides.items()}
+    with pytest.raises(ValueError, match=match):
+        clean.run(dataclasses.replace(make_params(tmp_path, raw, num_workers=1), **paths))
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing made, nothing removed
+
+
+def test_rerun_replaces_its_own_outputs(tmp_path):
+    params = make_params(tmp_path, corpus(tmp_path), num_workers=1)
+    first = clean.run(params)
+    (Path(params.work_dir)).mkdir()  # an empty work folder, as DVC may make parents
+    assert clean.run(params)["num_kept"] == first["num_kept"]
+
+
+def test_glob_inputs_and_unused_ones(tmp_path):
+    (tmp_path / "in").mkdir()
+    with pytest.raises(ValueError, match="overlaps input 'x.input'"):
+        check_owned_paths("x", {"input": f"{tmp_path}/in/*.jsonl"}, {"out_dir": tmp_path / "in" / "out"})
+    check_owned_paths("x", {"input": f"{tmp_path}/in/*.jsonl", "unused": ""}, {"out_dir": tmp_path / "out"})
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from stages.common.runtime.executor import WorkDir
+    WorkDir(sys.argv[1], "fp")
+    print("held", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_path):
+    work = tmp_path / "work"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(work)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RuntimeError, match=rf"^work folder .*work is in use by pid {holder.pid} on \S+ \(.*-c"):
+            WorkDir(work, "fp")
+        with pytest.raises(RuntimeError, match=f"pid {holder.pid}"):  # other settings: still not cleared
+            WorkDir(work, "other")
+    finally:
+        holder.kill()
+        holder.wait()
+    WorkDir(work, "fp")  # the lock went with its holder
+    again = WorkDir(work, "fp")  # this process holds it already: no conflict
+    again.remove()
+    assert not work.exists()
+    WorkDir(work, "fp")  # made again after a removal: locked again, by this process
+
+
+def test_lock_is_taken_again_after_the_folder_is_removed_behind_its_back(tmp_path):
+    import shutil
+
+    work = WorkDir(tmp_path / "work", "fp")
+    shutil.rmtree(work.path)  # what perplexity does with its work_dir once published
+    WorkDir(tmp_path / "work", "fp")
+    probe = subprocess.run([sys.executable, "-c", HOLD, str(tmp_path / "work")], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "PYTHONPATH": str(Path.cwd())})
+    assert probe.returncode != 0 and f"in use by pid {os.getpid()}" in probe.stderr

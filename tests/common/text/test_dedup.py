@@ -1,0 +1,29 @@
+from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
+
+BASE = ("The old lighthouse keeper climbed the spiral stairs every evening to light the lamp, and from the top "
+        "he could see the fishing boats returning to the harbour before the storm arrived over the bay.")
+
+
+def test_exact_key_ignores_case_whitespace_and_punctuation():
+    assert exact_key("Hello,   World!\n") == exact_key("hello world")
+    assert exact_key("hello world") != exact_key("hello word")
+
+
+def test_near_duplicates_found_and_first_occurrence_kept():
+    params = DedupParams()
+    sign, index = Signer(params, seed=1), DedupIndex(params, seed=1)
+    near = BASE.replace("evening", "night").replace("storm", "rain")
+    other = "A completely different text about cooking rice with vegetables, garlic and a little soy sauce."
+    zh = ("这条河流经古老的小镇，住在那里的人们世世代代在河里捕鱼。春天，随着积雪融化，河水上涨，"
+          "渔民们便在岸边修补渔网。到了秋天，河面变得平静，孩子们在桥上看着归来的渔船，老人们坐在树下喝茶聊天。")
+    zh_near = zh.replace("春天", "夏天")
+    docs = [("a", BASE, "en"), ("b", other, "en"), ("c", near, "en"), ("d", BASE.upper(), "en"), ("e", zh, "zh"),
+            ("f", zh_near, "zh")]
+    results = [index.check(i, exact_key(t), sign(t, lang)) for i, t, lang in docs]
+    assert results == [None, None, ("dedup:near", "a"), ("dedup:exact", "a"), None, ("dedup:near", "e")]
+
+
+def test_switches():
+    index = DedupIndex(DedupParams(exact=False, near=False), seed=1)
+    assert index.check("a", exact_key(BASE), None) is None
+    assert index.check("b", exact_key(BASE), None) is None

@@ -1,0 +1,83 @@
+import pytest
+
+from stages.common.text.langid import LanguageIdentifier, script_sample
+
+
+@pytest.fixture(scope="module")
+def langid():
+    return LanguageIdentifier(seed=0)
+
+
+@pytest.mark.parametrize("text, lang", [
+    ("The committee published its annual report on the state of the river and the fish that live in it.", "en"),
+    # Han-only classical text: plain langdetect answers "ko" here (its Korean profile holds Hanja).
+    ("我们之所以研究历史,不是为了要知道未来,而是要拓展视野,要了解现在的种种绝非自然。", "zh"),
+    ("ANALYZE - 收集與資料庫有關的統計\nSYNOPSIS ANALYZE [ VERBOSE ] [ table ]\n如果沒有引數，ANALYZE 檢查在當前資料庫裡的所有表。", "zh"),
+    ("これは日本語の文章です。ひらがなとカタカナが含まれています。東京は大きな都市です。", "ja"),
+    ("Der Ausschuss hat seinen Jahresbericht über den Zustand des Flusses und der Fische veröffentlicht.", "de"),
+    ("Our guide in Beijing, 王小明, showed us the old city walls and explained how the markets worked.", "en"),
+])
+def test_languages(langid, text, lang):
+    assert langid(text).lang == lang
+
+
+def test_deterministic_across_instances():
+    text = "Le comité a publié son rapport annuel sur l'état de la rivière."
+    a, b = LanguageIdentifier(seed=7)(text), LanguageIdentifier(seed=7)(text)
+    assert a == b
+
+
+def test_no_letters_is_undetermined(langid):
+    assert langid("12345 67890 !!! ???").lang == "und"
+
+
+@pytest.mark.parametrize("text, script", [
+    ("option --all " * 5 + "显示所有文件" * 200, "han"),
+    ("これは日本語です。" * 50, "kana"),
+    ("한국어 문장입니다 " * 50, "hangul"),
+    ("Это русский текст про реку. " * 50, "cyrillic"),
+    ("word and other words " * 200, "latin"),
+])
+def test_sample_is_bounded_and_takes_dominant_script(text, script):
+    sample, found = script_sample(text, max_chars=90)
+    assert found == script and len(sample) <= 90 and "option" not in sample
+
+
+def test_script_decided_documents_get_the_same_answer_cheaper():
+    full = LanguageIdentifier(seed=0)
+    cheap = LanguageIdentifier(seed=0, keep=("zh", "en"))  # Cyrillic cannot be kept: one trial suffices
+    text = "Река течёт через старый город, и люди, которые там живут, ловят в ней рыбу уже много поколений."
+    assert full(text).lang == cheap(text).lang == "ru"
+
+
+STOCK_SAMPLES = [
+    "The committee published its annual report on the state of the river. HTTP and URL-ish CAPS WORDS here.",
+    "Der Ausschuss hat seinen Jahresbericht über den Zustand des Flusses veröffentlicht, ÄÖÜ straße.",
+    "Река течёт через старый город, и люди ловят в ней рыбу.  Double  spaces   here.",
+    "我们之所以研究历史,不是为了要知道未来,而是要拓展视野 with some English words mixed in.",
+    "これは日本語の文章です。ひらがなとカタカナが含まれています。",
+    "Nhà nước Cộng hòa xã hội chủ nghĩa Việt Nam, mail me at a.b@example.com or http://x.example/y",
+]
+
+
+@pytest.mark.parametrize("text", STOCK_SAMPLES)
+def test_fast_detector_matches_stock_langdetect(text):
+    from langdetect import detector_factory
+    from langdetect.detector import Detector
+
+    from stages.common.text.langid import FastDetector
+
+    LanguageIdentifier(seed=0)  # loads the profiles
+    factory = detector_factory._factory
+    fast, stock = FastDetector(factory), Detector(factory)
+    for detector in (fast, stock):
+        detector.seed = 3
+        detector.n_trial = 3
+        detector.append(text)
+    assert fast.text == stock.text
+    fast.cleaning_text()
+    stock.cleaning_text()
+    assert fast.text == stock.text and fast._extract_ngrams() == stock._extract_ngrams()
+    got, want = fast.get_probabilities(), stock.get_probabilities()
+    assert [lang.lang for lang in got] == [lang.lang for lang in want]
+    assert [lang.prob for lang in got] == pytest.approx([lang.prob for lang in want], abs=1e-9)

@@ -1,0 +1,306 @@
+import glob
+import gzip
+import io
+import json
+import os
+import random
+import time
+import tracemalloc
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from stages.common.text import readers
+from stages.common.text.readers import InputError, Record, Rejection, iter_raw, list_input_files, parse_raw
+from tests.conftest import write_jsonl
+
+
+def parse_all(files, max_bytes=10_000):
+    return [parse_raw(raw, max_bytes) for raw in iter_raw(files, max_bytes)]
+
+
+def test_jsonl_gz_zst_parquet_and_text_files(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"id": "a1", "text": "alpha", "url": "u"}])
+    write_jsonl(tmp_path / "b.jsonl.gz", [{"text": "beta"}], compress=True)
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"id": 7, "text": "gamma"}\n'))
+    pq.write_table(pa.table({"id": ["p1"], "text": ["delta"], "score": [0.5]}), tmp_path / "d.parquet")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "e.txt").write_text("epsilon\nsecond line\n")
+    (tmp_path / "ignored.csv").write_text("x")
+    files = list_input_files(str(tmp_path))
+    assert [f.rsplit("/", 1)[1] for f in files] == ["a.jsonl", "b.jsonl.gz", "c.jsonl.zst", "d.parquet", "e.txt"]
+    records = parse_all(files)
+    assert all(isinstance(r, Record) for r in records)
+    assert [r.text for r in records] == ["alpha", "beta", "gamma", "delta", "epsilon\nsecond line\n"]
+    assert records[0].id == "a1" and records[0].meta == {"url": "u"}
+    assert records[2].id == "7"
+    assert records[3].meta == {"score": 0.5}
+    assert records[1].id.startswith("h-")
+
+
+def test_glob_and_pattern_select_files(tmp_path):
+    write_jsonl(tmp_path / "x.jsonl", [{"text": "a"}])
+    write_jsonl(tmp_path / "y.jsonl", [{"text": "b"}])
+    assert len(list_input_files(str(tmp_path / "*.jsonl"))) == 2
+    assert len(list_input_files(str(tmp_path), pattern="y*")) == 1
+    with pytest.raises(ValueError, match="matches no"):
+        list_input_files(str(tmp_path), pattern="z*")
+    with pytest.raises(ValueError, match="does not exist"):
+        list_input_files(str(tmp_path / "missing"))
+
+
+def test_derived_ids_are_stable_and_distinct_for_repeated_lines(tmp_path):
+    path = write_jsonl(tmp_path / "r.jsonl", [{"text": "same"}, {"text": "same"}])
+    first, second = parse_all([str(path)])
+    assert first.id != second.id
+    assert [r.id for r in parse_all([str(path)])] == [first.id, second.id]
+
+
+@pytest.mark.parametrize("line, reason", [
+    (b'{"id": "t", "text": "trunc', "invalid:bad_json"),
+    (b'{"id": "u", "text": "caf\xe9"}', "invalid:bad_utf8"),
+    (b'[1, 2, 3]', "invalid:not_object"),
+    (b'{"id": "m", "body": "no text field"}', "invalid:missing_text"),
+    (b'{"id": "n", "text": 42}', "invalid:non_string_text"),
+    (b'{"id": "l", "text": ["a"]}', "invalid:non_string_text"),
+    (b'{"id": "z", "text": null}', "invalid:non_string_text"),
+    (b'{"id": "e", "text": "   \\n\\t "}', "invalid:empty"),
+    (b'{"id": "b", "text": "' + b"\\u0000\\u0001\\u0002\\u0003" * 10 + b'"}', "invalid:binary"),
+    (b'{"id": "o", "text": "' + b"x" * 20_000 + b'"}', "invalid:oversized"),
+])
+def test_malformed_records_are_rejected_with_reason_and_original(tmp_path, line, reason):
+    path = write_jsonl(tmp_path / "bad.jsonl", [line])
+    (result,) = parse_all([str(path)])
+    assert isinstance(result, Rejection)
+    assert result.reason == reason
+    assert result.original.encode("utf-8", "backslashreplace").startswith(line[:20].replace(b"\xe9", b"\\xe9"))
+
+
+def test_parquet_rows_with_bad_text(tmp_path):
+    pq.write_table(pa.table({"id": ["a", "b"], "text": [None, "ok"]}), tmp_path / "d.parquet")
+    bad, good = parse_all([str(tmp_path / "d.parquet")])
+    assert isinstance(bad, Rejection) and bad.reason == "invalid:non_string_text"
+    assert json.loads(bad.original) == {"id": "a", "text": None}
+    assert isinstance(good, Record)
+
+
+# --- hostile input: nothing lost silently, no single record stops a run, bounded cost per record ---
+
+def jsonl_bytes(n):
+    return b"".join(json.dumps({"id": f"r{i}", "text": f"record {i} " + "x" * (i % 50)}).encode() + b"\n"
+                    for i in range(n))
+
+
+def read_ids(path, max_bytes=10_000):
+    return [r.id for r in parse_all([str(path)], max_bytes)]
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_truncated_zst_fails_naming_file_and_offset(tmp_path, checksum):
+    data = zstandard.ZstdCompressor(write_checksum=checksum).compress(jsonl_bytes(2000))
+    path = tmp_path / "cut.jsonl.zst"
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(InputError, match=rf"cut\.jsonl\.zst: truncated zstd stream: the file ends at byte "
+                                         rf"{len(data) // 2}") as error:
+        list(iter_raw([str(path)]))
+    assert "\n" not in str(error.value)
+
+
+def test_zst_with_several_frames_is_read_whole(tmp_path):
+    first, second = jsonl_bytes(3), b'{"id": "last", "text": "in the second frame"}\n'
+    skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
+    path = tmp_path / "frames.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(first) + skippable
+                     + zstandard.ZstdCompressor().compress(second))
+    assert read_ids(path) == ["r0", "r1", "r2", "last"]
+
+
+def test_corrupt_zst_content_fails_naming_file_and_line(tmp_path):
+    data = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(jsonl_bytes(20_000)))
+    data[len(data) // 2] ^= 0xFF
+    path = tmp_path / "flipped.jsonl.zst"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"flipped\.jsonl\.zst: corrupt or truncated data after line \d+ "
+                                         r"\(decompressed byte \d+, file byte \d+\)"):
+        list(iter_raw([str(path)]))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "crc", "length", "trailing_garbage", "bad_deflate"])
+def test_damaged_gz_fails_naming_file_and_line(tmp_path, damage):
+    data = gzip.compress(jsonl_bytes(2000))
+    data = {"truncated": data[:len(data) // 2], "crc": data[:-8] + b"\0\0\0\0" + data[-4:],
+            "length": data[:-4] + b"\1\0\0\0", "trailing_garbage": data + b"junk",
+            "bad_deflate": data[:100] + bytes(50) + data[150:]}[damage]
+    path = tmp_path / "damaged.jsonl.gz"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=r"damaged\.jsonl\.gz: corrupt or truncated data after line \d+") as error:
+        list(iter_raw([str(path)]))
+    assert "\n" not in str(error.value)
+
+
+def test_corrupt_parquet_fails_naming_file(tmp_path):
+    path = tmp_path / "broken.parquet"
+    path.write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(InputError, match=r"broken\.parquet: unreadable Parquet data after row 0"):
+        list(iter_raw([str(path)]))
+
+
+@pytest.mark.parametrize("line, record_id", [
+    (b'{"id": "t", "text": "lone \\ud800 surrogate"}', "t"),
+    (b'{"id": "\\udc00", "text": "in the id"}', None),  # not usable: derived instead
+    (b'{"id": "k", "text": "in a key", "f\\uDFFF": 1}', "k"),
+    (b'{"id": "m", "text": "deep in meta", "meta": {"tags": ["ok", "\\ud83d"]}}', "m"),
+])
+def test_lone_surrogates_are_quarantined_with_a_writable_original(tmp_path, line, record_id):
+    (result,) = parse_all([str(write_jsonl(tmp_path / "s.jsonl", [line]))])
+    assert isinstance(result, Rejection) and result.reason == "invalid:surrogate"
+    assert result.original == line.decode()  # the escape as written, which UTF-8 can store
+    assert result.id == record_id if record_id else result.id.startswith("h-")
+    pa.table({"id": [result.id], "record": [result.original]})  # encodes: no exception
+
+
+def test_surrogate_pairs_are_text_not_errors(tmp_path):
+    (result,) = parse_all([str(write_jsonl(tmp_path / "e.jsonl", [b'{"text": "smile \\ud83d\\ude00"}']))])
+    assert isinstance(result, Record) and result.text == "smile \U0001F600"
+
+
+@pytest.mark.parametrize("line", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"text": "x", "meta": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"text": "x", "meta": ' + b'{"a": ' * 150 + b"1" + b"}" * 150 + b"}",
+])
+def test_deeply_nested_json_is_quarantined(tmp_path, line):
+    (result,) = parse_all([str(write_jsonl(tmp_path / "d.jsonl", [line]))], max_bytes=1_000_000)
+    assert isinstance(result, Rejection) and result.reason == "invalid:too_deep"
+
+
+def test_parquet_values_that_do_not_convert_are_quarantined(tmp_path):
+    text = pa.Array.from_buffers(pa.string(), 3, [None, *pa.array([b"good", b"bad\xff", b"fine"]).buffers()[1:]])
+    ids = pa.Array.from_buffers(pa.string(), 3, [None, *pa.array([b"a", b"b", b"c\xfe"]).buffers()[1:]])
+    when = pa.array([0, 0, 10**17], pa.timestamp("ms"))
+    pq.write_table(pa.table({"id": ids, "text": text, "when": when}), tmp_path / "bad.parquet")
+    good, bad_text, bad_id_and_time = parse_all([str(tmp_path / "bad.parquet")])
+    assert isinstance(good, Record) and good.text == "good"
+    assert isinstance(bad_text, Rejection) and bad_text.reason == "invalid:bad_utf8"
+    assert json.loads(bad_text.original)["text"] == "bad\\xff"
+    assert isinstance(bad_id_and_time, Rejection) and bad_id_and_time.reason == "invalid:bad_utf8"
+    assert json.loads(bad_id_and_time.original)["id"] == "c\\xfe"
+    assert "does not convert" in json.loads(bad_id_and_time.original)["when"]
+
+
+def test_parquet_date_out_of_range_is_quarantined(tmp_path):
+    pq.write_table(pa.table({"text": ["a", "b"], "when": pa.array([0, 10**17], pa.timestamp("ms"))}),
+                   tmp_path / "t.parquet")
+    ok, bad = parse_all([str(tmp_path / "t.parquet")])
+    assert isinstance(ok, Record)
+    assert isinstance(bad, Rejection) and bad.reason == "invalid:bad_value"
+
+
+def write_gz_stream(path, pieces):
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for piece in pieces:
+            f.write(piece)
+    return path
+
+
+def test_an_oversized_line_is_read_in_bounded_memory(tmp_path):
+    line_mb = 20
+    path = write_gz_stream(tmp_path / "big.jsonl.gz", [b'{"text": "'] + [b"y" * (1 << 20)] * line_mb
+                           + [b'"}\n', b'{"id": "after", "text": "still read"}\n'])
+    tracemalloc.start()
+    try:
+        raws = list(iter_raw([str(path)], max_record_bytes=1_000_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8_000_000  # the line is 20 MB; only max_record_bytes of it (plus a read chunk) is held
+    big, after = raws
+    assert big.num_bytes == len(b'{"text": "') + line_mb * (1 << 20) + len(b'"}\n')
+    assert len(big.payload) == 1_000_001
+    rejected = parse_raw(big, 1_000_000)
+    assert rejected.reason == "invalid:oversized"
+    assert rejected.original.startswith('{"text": "yyy')
+    assert rejected.original.endswith(f"[truncated: the first 65536 of {big.num_bytes} bytes are kept]")
+    assert len(rejected.original) < 70_000
+    assert parse_raw(after, 1_000_000).id == "after" and after.index == 2
+    whole_line = b'{"text": "' + b"y" * (line_mb << 20) + b'"}\n'
+    assert rejected.id == readers.derive_id(str(path), 1, whole_line)  # the id of the whole line, as before
+
+
+def test_an_oversized_text_file_is_read_in_bounded_memory(tmp_path):
+    path = write_gz_stream(tmp_path / "big.txt.gz", [b"z" * (1 << 20)] * 5)
+    (raw,) = iter_raw([str(path)], max_record_bytes=100_000)
+    assert raw.num_bytes == 5 << 20 and len(raw.payload) == 100_001
+    assert parse_raw(raw, 100_000).reason == "invalid:oversized"
+
+
+def test_blank_lines_are_skipped_fast_and_line_numbers_kept(tmp_path):
+    num_blank = 20 << 20
+    path = write_gz_stream(tmp_path / "blank.jsonl.gz", [b"\n" * (1 << 20)] * 20
+                           + [b"  \t\r\n" * 1000, b" " * (3 << 20), b'\n  {"id": "x", "text": "last"}'])
+    start = time.perf_counter()
+    (raw,) = iter_raw([str(path)])
+    assert time.perf_counter() - start < 3  # 20M blank lines; line-at-a-time Python took minutes
+    assert raw.index == num_blank + 1000 + 2
+    assert raw.payload == b'  {"id": "x", "text": "last"}'  # leading blanks of a record are part of it
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 20])
+def test_line_reader_agrees_with_line_iteration(tmp_path, monkeypatch, chunk):
+    """Same records, line numbers and bytes (so ids) as reading line by line, across chunk edges."""
+    monkeypatch.setattr(readers, "_CHUNK_BYTES", chunk)
+    rng = random.Random(chunk)
+    pieces = [b"\n", b"  \n", b"\r\n", b" ", b"\t", b'{"text": "a b"}', b"x" * 40, b"\xc3\xa9", b"\x0c"]
+    data = b"".join(rng.choice(pieces) for _ in range(3000))
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(data)
+    hold = 64 * 1024
+    expected = [(i, line[:hold], len(line)) for i, line in enumerate(io.BytesIO(data), start=1) if line.strip()]
+    assert [(r.index, r.payload, r.num_bytes) for r in iter_raw([str(path)])] == expected
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path):
+    plain = write_jsonl(tmp_path / "plain" / "a.jsonl", [{"text": "first"}, {"text": "second"}])
+    bom = tmp_path / "bom" / "a.jsonl"
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    (tmp_path / "bom" / "b.txt").write_bytes(b"\xef\xbb\xbfdocument")
+    records = parse_all(list_input_files(str(tmp_path / "bom")))
+    assert all(isinstance(r, Record) for r in records)
+    assert [r.text for r in records] == ["first", "second", "document"]
+    assert [r.id for r in records[:2]] == read_ids(plain)  # the same ids as without the mark
+
+
+def test_folder_search_does_not_follow_symlinked_folders(tmp_path):
+    root = tmp_path / "raw"
+    write_jsonl(root / "a.jsonl", [{"text": "a"}])
+    write_jsonl(root / "sub" / "b.jsonl", [{"text": "b"}])
+    write_jsonl(root / ".hidden" / "c.jsonl", [{"text": "c"}])
+    (root / "sub" / "loop").symlink_to(root, target_is_directory=True)  # a loop back up the tree
+    outside = write_jsonl(tmp_path / "elsewhere" / "d.jsonl", [{"text": "d"}]).parent
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    expected = [str(root / "a.jsonl"), str(root / "sub" / "b.jsonl")]
+    assert list_input_files(str(root)) == expected
+    assert list_input_files(str(root / "**" / "*.jsonl")) == expected
+    assert list_input_files(f"{root}/*/*.jsonl") == [str(root / "sub" / "b.jsonl")]
+
+
+def test_folder_search_lists_what_glob_lists_without_symlinks(tmp_path, monkeypatch):
+    for name in ["a.jsonl", "x/b.jsonl.gz", "x/y/c.parquet", ".h/d.jsonl", "x/.e.jsonl", "x/y/f.txt", "g.csv"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    for pattern in ["*", "*.jsonl*", "b*", "**/*.txt"]:
+        assert list_input_files(str(tmp_path), pattern) == sorted({  # glob lists a file once per `**` match
+            f for f in glob.glob(os.path.join(str(tmp_path), "**", pattern), recursive=True)
+            if os.path.isfile(f) and not f.endswith(".csv")})
+    monkeypatch.chdir(tmp_path)
+    assert list_input_files("**/*.jsonl") == sorted(glob.glob("**/*.jsonl", recursive=True)) == ["a.jsonl"]
+
+
+def test_a_file_name_that_is_not_utf8_is_an_error(tmp_path):
+    name = os.fsdecode(b"bad\xff.jsonl")
+    (tmp_path / name).write_bytes(b'{"text": "a"}\n')
+    with pytest.raises(ValueError, match=r"not valid UTF-8"):
+        list_input_files(str(tmp_path))
