@@ -49,6 +49,10 @@ class RetrainConfig:
             raise ValueError("flows config 'retrain.eval_max_docs' and 'retrain.eval_max_chars' must be >= 1")
         if not self.raw_inputs or not self.candidates:
             raise ValueError("flows config 'retrain.raw_inputs' and 'retrain.candidates' must not be empty")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"flows config 'retrain.device' must be cpu, cuda or auto, got {self.device!r}")
+        if self.num_threads < 0:
+            raise ValueError(f"flows config 'retrain.num_threads' must be >= 0, got {self.num_threads}")
 
 
 @dataclass(frozen=True)

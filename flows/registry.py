@@ -1,10 +1,10 @@
-"""Champion / challenger: score models on a frozen evaluation set, decide, record, promote.
+"""Champion / challenger: the evaluation set, the scoring command, the decision, the registry, promotion.
 
-The score is bits per byte of UTF-8 text: each model reads the evaluation documents with its own
-tokenizer, so a candidate whose tokenizer was retrained on new data is still compared fairly (token
-perplexity, also recorded, is only comparable between models sharing a tokenizer). The evaluation set is
-frozen text (`eval_set`, JSON lines), written once from the validation split and reused for every
-candidate: new data never moves the yardstick.
+The score is bits per byte of UTF-8 text, computed by `python -m stages.evaluate` (one run per model, an
+argument list, its JSON read back here): each model reads the evaluation documents with its own
+tokenizer, so a candidate whose tokenizer was retrained on new data is still compared fairly. The
+evaluation set is frozen text (`eval_set`, JSON lines), written once from the validation split and reused
+for every candidate: new data never moves the yardstick.
 
 Registry: `models/registry.json` holds one entry per evaluated candidate (git revision, dvc.lock digest,
 metrics, decision and reason); `models/champion/` holds the champion's model, its tokenizer and its
@@ -14,33 +14,41 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from stages.common.lm import bpe
-from stages.common.lm.model import load_checkpoint
-from stages.common.lm.scoring import score_documents
 from stages.common.runtime.atomic import atomic_dir, atomic_path, is_complete, write_json
 from stages.common.runtime.parquet import read_table
 
 MODEL_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 CHAMPION_FILE = "champion.json"
-SCORE_BATCH_TOKENS = 8192
+EVALUATE_MODULE = "stages.evaluate"
 
 
 @dataclass(frozen=True)
 class Evaluation:
+    """What `python -m stages.evaluate` writes (its fields, exactly)."""
     bits_per_byte: float  # the decision metric: summed NLL / ln 2 / UTF-8 bytes of the documents
     token_perplexity: float  # exp(mean NLL per token): comparable only under one tokenizer
     num_docs: int
     num_bytes: int
     num_tokens: int
+
+    @classmethod
+    def read(cls, path: Path) -> Evaluation:
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def evaluate_command(model_path: Path, tokenizer_dir: Path, eval_set: Path, out_path: Path, device: str,
+                     num_threads: int) -> list[str]:
+    """The scoring command for one model, as an argument list (no shell), run by this interpreter."""
+    return [sys.executable, "-m", EVALUATE_MODULE, "--model", str(model_path), "--tokenizer", str(tokenizer_dir),
+            "--eval-set", str(eval_set), "--out", str(out_path), "--device", device,
+            "--num-threads", str(num_threads)]
 
 
 def sha256_file(path: Path) -> str:
@@ -62,28 +70,6 @@ def freeze_eval_set(docs_dir: Path, out_path: Path, max_docs: int, max_chars: in
         tmp.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n"
                                for i, t in rows[:max_docs]), encoding="utf-8")
     return min(len(rows), max_docs)
-
-
-def read_eval_set(path: Path) -> list[str]:
-    return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-def evaluate_model(model_path: Path, tokenizer_dir: Path, texts: list[str], device: torch.device) -> Evaluation:
-    """Score every token of every text (fp32, so the numbers do not depend on the hardware's bf16)."""
-    tokenizer = bpe.load(tokenizer_dir)
-    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(tokenizer_dir))
-    model = load_checkpoint(model_path, device)
-    if model.config.vocab_size < tokenizer.get_vocab_size():
-        raise ValueError(f"{model_path}: vocabulary of {model.config.vocab_size} tokens, but its tokenizer "
-                         f"{tokenizer_dir} has {tokenizer.get_vocab_size()}: not the model's tokenizer")
-    docs = bpe.encode(tokenizer, texts)
-    nll, num_tokens = score_documents(model, docs, eos_id, max_tokens=0, batch_tokens=SCORE_BATCH_TOKENS,
-                                      precision="fp32", device=device)
-    total_nll, total_tokens = float(nll.sum()), int(num_tokens.sum())
-    num_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    return Evaluation(bits_per_byte=total_nll / math.log(2) / num_bytes,
-                      token_perplexity=math.exp(total_nll / total_tokens),
-                      num_docs=len(texts), num_bytes=num_bytes, num_tokens=total_tokens)
 
 
 def decide(candidate: Evaluation, champion: Evaluation | None, min_improvement: float) -> tuple[bool, str]:

@@ -3,19 +3,20 @@
 1. `dvc status` says whether a configured raw input (a stage dependency, e.g. `clean.input`) changed; if
    none did, nothing runs and the log says so;
 2. the `pipeline` flow reproduces the workspace (a subflow, under the same workspace lock);
-3. the candidate model and the champion are scored on the frozen evaluation set (flows/registry.py);
+3. the candidate model and the champion are scored on the frozen evaluation set, each by one run of the
+   command `python -m stages.evaluate` whose JSON the flow reads (flows/registry.py);
 4. the candidate is promoted only when better by `retrain.min_improvement`; the registry records it
    either way, with the git revision, the dvc.lock digest, the metrics and the reason.
 """
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -24,11 +25,18 @@ from prefect.runtime import flow_run
 from flows import registry
 from flows.artifacts import flatten, markdown_table, read_metrics
 from flows.commands import dvc, run
-from flows.config import RetrainConfig, UnresolvedReference, load_config, resolve, resolve_workspace, workspace_params
+from flows.config import (
+    ROOT,
+    RetrainConfig,
+    UnresolvedReference,
+    load_config,
+    resolve,
+    resolve_workspace,
+    workspace_params,
+)
 from flows.graph import changed_deps, stages_in_order, status_json
 from flows.lock import workspace_lock
 from flows.pipeline import pipeline
-from stages.common.runtime.device import resolve_device
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -65,12 +73,16 @@ def candidate_path(root: Path, cfg: RetrainConfig, params: dict[str, Any]) -> Pa
 
 @task(name="evaluate", task_run_name="evaluate-{role}", cache_policy=NO_CACHE)
 def evaluate(role: str, model_path: Path, tokenizer_dir: Path, eval_set: Path, cfg: RetrainConfig) -> registry.Evaluation:
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    result = registry.evaluate_model(model_path, tokenizer_dir, registry.read_eval_set(eval_set),
-                                     resolve_device(cfg.device))
-    get_run_logger().info("%s %s: %.4f bits/byte, token perplexity %.2f over %d documents",
-                          role, model_path, result.bits_per_byte, result.token_perplexity, result.num_docs)
+    """One run of `python -m stages.evaluate`, from the checkout these flows ship in (so the workspace's own
+    code cannot move the yardstick); its JSON is the result."""
+    log = get_run_logger()
+    with tempfile.TemporaryDirectory(prefix=f"refinery-evaluate-{role}-") as tmp:
+        out = Path(tmp) / "evaluation.json"
+        run(registry.evaluate_command(model_path, tokenizer_dir, eval_set, out, cfg.device, cfg.num_threads),
+            ROOT, log, what=f"scoring the {role} ({model_path})")
+        result = registry.Evaluation.read(out)
+    log.info("%s %s: %.4f bits/byte, token perplexity %.2f over %d documents",
+             role, model_path, result.bits_per_byte, result.token_perplexity, result.num_docs)
     return result
 
 

@@ -90,7 +90,8 @@ def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def retrain_repo(tmp_path: Path, fixtures_dir: Path, in_workspace) -> Path:
     config = shipped_config(raw_inputs=["raw"], candidates=["${train.model_dir}/model.safetensors"],
-                            tokenizer="fixtures/tokenizer", eval_docs="fixtures/docs", min_improvement=0.01)
+                            tokenizer="fixtures/tokenizer", eval_docs="fixtures/docs", min_improvement=0.01,
+                            num_threads=1)  # the scoring command: tiny models, a shared machine
     repo = make_repo(tmp_path / "repo", PIPELINE, {"train": {"model_dir": "models/train"}},
                      {"pick.py": PICK, "raw/0001.txt": "model: a\n"}, config)
     shutil.copytree(fixtures_dir, repo / "fixtures")
@@ -111,7 +112,12 @@ def test_promotes_better_keeps_worse_and_does_nothing_without_new_data(retrain_r
     assert len(eval_set.splitlines()) == 40  # the val half of the fixture docs, frozen
 
     (repo / "raw" / "0002.txt").write_text("model: b\n")  # new data: a better model
-    second = retrain()
+    state = retrain(return_state=True)
+    second = state.result()
+    # both models were scored by the command, its output in the flow run's log
+    assert sorted(t.name for t in task_runs(flow_run_id(state)) if t.name.startswith("evaluate")) \
+        == ["evaluate-candidate", "evaluate-champion"]
+    assert flow_logs(flow_run_id(state)).count("refinery.evaluate INFO") == 2
     assert second["decision"] == "promoted" and second["reason"].startswith("better")
     assert second["metrics"]["candidate"]["bits_per_byte"] < 0.99 * second["metrics"]["champion"]["bits_per_byte"]
     assert sha256(champion / MODEL_FILE) == sha256(repo / "fixtures" / "models" / "b.safetensors")

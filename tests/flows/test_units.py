@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from flows.artifacts import artifact_key, comparison_rows, flatten, markdown_tab
 from flows.commands import CommandFailed, CommandResult
 from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
-from flows.registry import Evaluation, decide
+from flows.registry import Evaluation, decide, evaluate_command
 from flows.validation import check_experiment_name, check_overrides, looks_like_path, names_location
 from tests.conftest import ROOT
 
@@ -30,6 +31,24 @@ def test_config_rejects_unknown_keys_naming_them(tmp_path: Path):
     (tmp_path / "flows" / "config.yaml").write_text(yaml.safe_dump({"retrain": {"crn": "* * * * *"}}))
     with pytest.raises(ValueError, match="retrain.crn"):
         load_config(tmp_path)
+
+
+@pytest.mark.parametrize("retrain, message", [({"device": "gpu"}, "retrain.device' must be cpu, cuda or auto"),
+                                               ({"num_threads": -1}, "retrain.num_threads' must be >= 0")])
+def test_config_refuses_scoring_settings_the_command_would_refuse(tmp_path: Path, retrain: dict, message: str):
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "config.yaml").write_text(yaml.safe_dump({"retrain": retrain}))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_config(tmp_path)
+
+
+def test_the_scoring_command_is_an_argument_list_for_this_interpreter(tmp_path: Path):
+    command = evaluate_command(tmp_path / "m b.safetensors", tmp_path / "tok", tmp_path / "eval.jsonl",
+                               tmp_path / "out.json", "cpu", 2)
+    assert command[:3] == [sys.executable, "-m", "stages.evaluate"]
+    assert command[3:] == ["--model", str(tmp_path / "m b.safetensors"), "--tokenizer", str(tmp_path / "tok"),
+                           "--eval-set", str(tmp_path / "eval.jsonl"), "--out", str(tmp_path / "out.json"),
+                           "--device", "cpu", "--num-threads", "2"]
 
 
 def test_references_resolve_against_params_and_name_what_is_missing():
