@@ -5,7 +5,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
+from stages.common.runtime.params import load_section
 from stages.common.text.normalize import NormalizeOptions, normalize
 from stages.demo_corpus import (
     MALFORMED,
@@ -16,9 +18,11 @@ from stages.demo_corpus import (
     api_docs,
     harvest,
     licence_texts,
+    main,
     po_catalogs,
     po_messages,
     run,
+    tables,
     to_traditional,
 )
 
@@ -42,7 +46,8 @@ def genre(text: str) -> str:
 
 def _build(root: Path, seed: int = 7) -> Params:
     params = Params(seed=seed, num_docs=600, num_shards=3, out_dir=str(root / "demo"),
-                    labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"))
+                    labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"),
+                    metrics_path=str(root / "metrics.json"))
     run(params)
     return params
 
@@ -219,7 +224,8 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     """The semantic labels of a larger build, where every genre has several examples."""
     root = tmp_path_factory.mktemp("large")
     params = Params(seed=11, num_docs=3000, num_shards=1, out_dir=str(root / "demo"),
-                    labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"))
+                    labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"),
+                    metrics_path=str(root / "metrics.json"))
     run(params)
     return [json.loads(line) for line in Path(params.semantic_labels_path).read_text(encoding="utf-8").splitlines()]
 
@@ -386,3 +392,95 @@ msgstr ""
 def test_traditional_variant() -> None:
     assert to_traditional("配置文件已损坏，请重新生成") == "設定檔已損壞，請重新生成"
     assert to_traditional("长江下游的万里江山") == "長江下游的萬里江山"
+
+
+def test_metrics_file_counts_the_records(corpus) -> None:
+    params, lines, labels = corpus
+    metrics = json.loads(Path(params.metrics_path).read_text(encoding="utf-8"))
+    assert metrics["records"] == len(lines) == 600
+    assert metrics["no_id"] == sum(lab["id"] is None for lab in labels)
+    for key in ("kind", "lang", "dup_type", "malformed"):
+        assert sum(v for k, v in metrics.items() if k.startswith(f"{key}.")) == 600, key
+    assert metrics["kind.malformed"] == sum(lab["malformed"] is not None for lab in labels)
+    assert 0 < metrics["bytes_compressed"] < metrics["bytes_uncompressed"]
+
+
+def _params_file(tmp_path: Path, **section: object) -> Path:
+    values = dict(seed=3, num_docs=600, num_shards=2, out_dir=str(tmp_path / "demo"),
+                  labels_path=str(tmp_path / "labels.jsonl"), semantic_labels_path=str(tmp_path / "semantic.jsonl"),
+                  metrics_path=str(tmp_path / "metrics.json"))
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"demo_corpus": {**values, **section}}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ({"num_docs": 20}, "param 'demo_corpus.num_docs': too few records for the mix"),
+    ({"num_docs": 0}, "param 'demo_corpus.num_docs': must be >= 1"),
+    ({"num_shards": 0}, "param 'demo_corpus.num_shards': must be >= 1"),
+    ({"metrics_path": ""}, "param 'demo_corpus.metrics_path': must not be empty"),
+    ({"seed": "one"}, "param 'demo_corpus.seed': expected an integer"),
+    ({"num_doc": 600}, "unknown param 'demo_corpus.num_doc'"),
+])
+def test_params_are_checked_before_any_work(tmp_path: Path, section: dict, message: str) -> None:
+    path = _params_file(tmp_path, **section)
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        load_section("demo_corpus", Params, path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        main(["--params", str(path)])
+    assert not (tmp_path / "demo").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_cli_writes_every_output(tmp_path: Path) -> None:
+    main(["--params", str(_params_file(tmp_path))])
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["_SUCCESS", "part-00000.jsonl.gz",
+                                                                      "part-00001.jsonl.gz"]
+    assert json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))["records"] == 600
+    assert len((tmp_path / "labels.jsonl").read_text(encoding="utf-8").splitlines()) == 600
+
+
+def frozen(value: object) -> bool:
+    """No list anywhere inside (mappings aside, which hold the tables by name)."""
+    if isinstance(value, dict):
+        return all(map(frozen, value.values()))
+    return not isinstance(value, list) and (not isinstance(value, tuple) or all(map(frozen, value)))
+
+
+def test_data_files_are_immutable_tables() -> None:
+    """YAML lists load as tuples (hashable, immutable, equal to the literals they replaced) and no table is
+    empty; the Traditional character table maps each Simplified character once."""
+    for name in ("english.yaml", "chinese.yaml", "web.yaml", "software.yaml", "man_pages.yaml", "doc_pages.yaml",
+                 "sources.yaml", "traditional.yaml"):
+        for key, value in tables.load(name).items():
+            assert value, f"{name}: {key} is empty"
+            assert frozen(value), f"{name}: {key} holds a list"
+    assert len(tables.S2T_SIMPLIFIED) == len(tables.S2T_TRADITIONAL) == len(set(tables.S2T_SIMPLIFIED))
+    assert tables.STDLIB_MODULES == tuple(sorted(tables.STDLIB_MODULES))
+    assert tables.CORPUS_DISTRIBUTIONS == tuple(sorted(tables.CORPUS_DISTRIBUTIONS))
+
+
+SLOT = re.compile(r"\{(\w+)\}")
+
+
+def test_template_slots_are_known() -> None:
+    """Every {slot} of the sentence templates names a slot the Builder fills (a typo in a data file would
+    otherwise be written into the corpus verbatim)."""
+    builder = Builder(5)
+    en = set(builder.en_slots)
+    for template in tables.EN_TEMPLATES + tables.EN_APHORISMS + tables.EN_WORKS:
+        assert set(SLOT.findall(template)) <= en, template
+    zh = set(builder.zh_slots["zh_CN"])
+    for template in tables.ZH_TECH_TEMPLATES + tables.ZH_GENERAL_TEMPLATES:
+        assert set(SLOT.findall(template)) <= zh, template
+    for template in tables.ZH_SAYINGS:
+        assert set(SLOT.findall(template)) <= set(builder.zh_quote_slots), template
+
+
+def test_html_skeletons_take_the_values_the_pages_give() -> None:
+    """The skeletons are read byte for byte: placeholders intact, no newline added at the end."""
+    assert set(tables.SPHINX_RELATED.get_identifiers()) <= set(tables.SPHINX_PAGE.get_identifiers()) | {
+        "navigation", "index", "modules", "next", "previous", "documentation", "section"}
+    assert not tables.SPHINX_RELATED.template.endswith("\n") and tables.PAGE.template.endswith("</body></html>\n")
+    assert tables.DOCBOOK_PAGE.template.startswith('<?xml version="1.0"') and "\\\n" not in tables.SPHINX_PAGE.template
+    assert {"lang", "title", "site", "nav", "body"} <= set(tables.PAGE.get_identifiers())

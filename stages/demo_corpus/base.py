@@ -1,0 +1,192 @@
+"""The generator's state and its prose primitives: the one seeded `random.Random`, Faker per locale,
+the pools of real text (used once each), the slots of the templates, ids and urls, English and
+Chinese sentences and paragraphs, couplets. The genres (builder.py and the mixins beside it) draw
+everything from here, in a fixed order: the corpus depends on the order of the draws."""
+from __future__ import annotations
+
+import functools
+import random
+import re
+from collections.abc import Callable
+
+from faker import Faker
+
+from stages.demo_corpus.dist_text import licence_docs, po_catalogs
+from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles, zen_lines
+from stages.demo_corpus.records import CJK, LOCALES, NO_ID_SHARE, ZH_PROSE_SHARE
+from stages.demo_corpus.tables import (
+    EN_ADJECTIVES,
+    EN_ADVERBS,
+    EN_NOUNS,
+    EN_TEMPLATES,
+    EN_VERBS,
+    MONTHS,
+    POEM_LEADS,
+    POEM_NOUNS,
+    POEM_VERBS,
+    WEEKDAYS,
+    ZH_ACTIONS,
+    ZH_ACTIVITIES,
+    ZH_ASPECTS,
+    ZH_CAUSES,
+    ZH_COMMANDS,
+    ZH_CONCEPTS,
+    ZH_CONSEQUENCES,
+    ZH_CROWDS,
+    ZH_DIRECTIONS,
+    ZH_EFFECTS,
+    ZH_FEATURES,
+    ZH_FILES,
+    ZH_FINDINGS,
+    ZH_GENERAL_TEMPLATES,
+    ZH_JOURNEYS,
+    ZH_LESSONS,
+    ZH_NUMBERS,
+    ZH_OPTIONS,
+    ZH_PEOPLE,
+    ZH_PLACES,
+    ZH_QUOTE_ACTS,
+    ZH_QUOTE_THINGS,
+    ZH_REASONS,
+    ZH_REGRETS,
+    ZH_REWARDS,
+    ZH_SEASONS,
+    ZH_SITUATIONS,
+    ZH_TECH_TEMPLATES,
+    ZH_THINGS,
+    ZH_THINGS2,
+    ZH_TOOLS,
+    ZH_TOPICS,
+    ZH_VIRTUES,
+)
+from stages.demo_corpus.text import _past, _plural, _third_person, to_traditional
+
+EN_SLOT = re.compile(r"\{(\w+)\}")
+
+
+class BuilderBase:
+    """State and prose primitives shared by the Builder's parts (see the module docstring)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.fake: dict[str, Faker] = {}
+        for loc in LOCALES:
+            self.fake[loc] = Faker(loc)
+            self.fake[loc].seed_instance(self.rng.getrandbits(32))
+        self.real = real_articles(self.rng)
+        self.real_share = 1.0  # of English article/html/noisy bodies; set by build() to spread the pool
+        self.licences = licence_docs(self.rng)  # real licence text for English boilerplate, used once each
+        self.po = {v: [m for _, variant, msgs in po_catalogs() if variant == v for m in msgs]
+                   for v in ("zh_CN", "zh_TW")}
+        self.zh_slots = {loc: self._zh_slots(loc) for loc in ("zh_CN", "zh_TW")}
+        self.api = list(api_docs())  # for English man pages and documentation pages, used once each
+        self.rng.shuffle(self.api)
+        zen = zen_lines()
+        self.zen = [zen[i:i + 2] for i in range(0, len(zen) - 1, 2)]  # pairs of consecutive ones, for quotes
+        self.rng.shuffle(self.zen)
+        pool = quote_sentences()
+        self.quote_sentences = self.rng.sample(pool, min(len(pool), 2000))  # for English quotes, used once each
+        rng, f = self.rng, self.fake["en_US"]
+        self.en_slots: dict[str, Callable[[], str]] = {
+            "noun": lambda: rng.choice(EN_NOUNS), "nouns": lambda: _plural(rng.choice(EN_NOUNS)),
+            "verb": lambda: rng.choice(EN_VERBS), "verbs": lambda: _third_person(rng.choice(EN_VERBS)),
+            "past": lambda: _past(rng.choice(EN_VERBS)), "adj": lambda: rng.choice(EN_ADJECTIVES),
+            "adv": lambda: rng.choice(EN_ADVERBS), "name": f.name, "city": f.city, "org": f.company,
+            "month": lambda: rng.choice(MONTHS), "weekday": lambda: rng.choice(WEEKDAYS),
+            "year": lambda: str(rng.randint(1990, 2024)),
+            "num": lambda: str(rng.choice((2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 40, 50, 100, 200))),
+            "Adj": lambda: rng.choice(EN_ADJECTIVES).capitalize(), "Noun": lambda: rng.choice(EN_NOUNS).capitalize(),
+            "Nouns": lambda: _plural(rng.choice(EN_NOUNS)).capitalize()}
+        choice = functools.partial(functools.partial, rng.choice)
+        self.zh_quote_slots: dict[str, Callable[[], str]] = dict(
+            regret=choice(ZH_REGRETS), act=choice(ZH_QUOTE_ACTS), nature=choice(POEM_NOUNS), nature2=choice(POEM_NOUNS),
+            lesson=choice(ZH_LESSONS), lesson2=choice(ZH_LESSONS), virtue=choice(ZH_VIRTUES),
+            virtue2=choice(ZH_VIRTUES),
+            consequence=choice(ZH_CONSEQUENCES), journey=choice(ZH_JOURNEYS), reward=choice(ZH_REWARDS),
+            thing=choice(ZH_QUOTE_THINGS))
+        self.seen: set[str] = set()
+        self.id_numbers: list[int] = []
+
+    def _zh_slots(self, loc: str) -> dict[str, Callable[[], str]]:
+        rng = self.rng
+        words = dict(tool=ZH_TOOLS, cmd=ZH_COMMANDS, opt=ZH_OPTIONS, file=ZH_FILES, concept=ZH_CONCEPTS,
+                     person=ZH_PEOPLE, place=ZH_PLACES, action=ZH_ACTIONS, reason=ZH_REASONS, effect=ZH_EFFECTS,
+                     situation=ZH_SITUATIONS, aspect=ZH_ASPECTS, direction=ZH_DIRECTIONS, season=ZH_SEASONS,
+                     crowd=ZH_CROWDS, activity=ZH_ACTIVITIES, feature=ZH_FEATURES, topic=ZH_TOPICS,
+                     thing=ZH_THINGS, thing2=ZH_THINGS2, finding=ZH_FINDINGS, cause=ZH_CAUSES, num=ZH_NUMBERS)
+        slots: dict[str, Callable[[], str]] = {k: functools.partial(rng.choice, v) for k, v in words.items()}
+        slots.update(name=self.fake[loc].name, year=lambda: str(rng.randint(1995, 2024)))
+        return slots
+
+    @staticmethod
+    def fill(template: str, slots: dict[str, Callable[[], str]]) -> str:
+        """The template with each {slot} filled by a fresh draw, a value not used before in it where
+        possible; unknown names (a literal "{0}") are left as they are."""
+        used: set[str] = set()
+
+        def value(m: re.Match[str]) -> str:
+            if m[1] not in slots:
+                return m[0]
+            for _ in range(4):
+                v = slots[m[1]]()
+                if v not in used:
+                    break
+            used.add(v)
+            return v
+        return EN_SLOT.sub(value, template)
+
+    def new_id(self, optional: bool = True) -> str | None:
+        number = self.id_numbers.pop()  # shuffled, so an id says nothing about kind or position
+        return f"demo-{number:06d}" if not optional or self.rng.random() >= NO_ID_SHARE else None
+
+    def url(self, loc: str) -> str:
+        section = self.rng.choice(("news", "blog", "article", "post", "docs", "p"))
+        return f"https://example.{LOCALES[loc][2]}/{section}/{self.rng.randrange(10**7):07d}.html"
+
+    def sentence(self, loc: str, nb_words: int = 8) -> str:
+        s = self.fake[loc].sentence(nb_words=nb_words)
+        return s.replace(".", "。") if loc.startswith("zh") else s
+
+    def en_sentence(self) -> str:
+        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(EN_TEMPLATES))
+        s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)
+        return s[0].upper() + s[1:]
+
+    def paragraph(self, loc: str) -> str:
+        if loc == "en_US":
+            return " ".join(self.en_sentence() for _ in range(self.rng.randint(3, 7)))
+        n = self.rng.randint(4, 8) * (2 if LOCALES[loc][0] in CJK else 1)  # CJK lorem sentences are short
+        p = self.fake[loc].paragraph(nb_sentences=n)
+        return p.replace(".", "。") if loc.startswith("zh") else p
+
+    def zh_paragraph(self, loc: str) -> str:
+        """3-7 sentences from the technical or the general Chinese templates (Traditional for zh_TW)."""
+        rng = self.rng
+        templates = ZH_TECH_TEMPLATES if rng.random() < 0.55 else ZH_GENERAL_TEMPLATES
+        text = "".join(self.fill(t, self.zh_slots[loc]) for t in rng.sample(templates, rng.randint(3, 7)))
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    def couplets(self, n: int) -> list[str]:
+        """n couplets of 5- or 7-character lines from the poem word lists, one a line."""
+        rng = self.rng
+        leads = rng.sample(POEM_LEADS, 2 * n) if rng.random() < 0.5 else [""] * (2 * n)
+        nouns = rng.sample(POEM_NOUNS, 4 * n)  # no noun twice, or short poems fail the 2-gram rule of `clean`
+        verbs = [rng.choice(POEM_VERBS) for _ in range(2 * n)]
+        half = [f"{leads[i]}{nouns[2 * i]}{verbs[i]}{nouns[2 * i + 1]}" for i in range(2 * n)]
+        return [f"{half[2 * i]}，{half[2 * i + 1]}。" for i in range(n)]
+
+    def zh_poem(self, loc: str) -> str:
+        """2-4 couplets of 5- or 7-character lines from the poem word lists, sometimes under a title."""
+        rng = self.rng
+        lines = self.couplets(rng.choice((2, 2, 3, 4)))
+        if rng.random() < 0.5:
+            lines.insert(0, f"《{rng.choice(POEM_NOUNS)}{rng.choice(('', '吟', '怀古', '夜泊', '送别'))}》")
+        text = "\n".join(lines)
+        return to_traditional(text) if loc == "zh_TW" else text
+
+    def paragraphs(self, loc: str) -> list[str]:
+        if loc == "en_US" and self.real and self.rng.random() < self.real_share:
+            return self.real.pop().split("\n\n")
+        if loc in self.zh_slots and self.rng.random() < ZH_PROSE_SHARE:
+            return [self.zh_paragraph(loc) for _ in range(self.rng.randint(2, 7))]
+        return [self.paragraph(loc) for _ in range(self.rng.randint(2, 8))]

@@ -1,0 +1,151 @@
+"""Real licence text and Chinese translations from the installed distributions that requirements.lock
+pins: licence, copyright and notice files of their *.dist-info folders (`licence_texts`, cut into
+boilerplate documents by `licence_docs`) and the Chinese gettext catalogs they ship (`po_catalogs`)."""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import random
+import re
+import sysconfig
+from pathlib import Path
+
+from stages.demo_corpus.docstrings import _drop_near_duplicates
+from stages.demo_corpus.tables import CORPUS_DISTRIBUTIONS
+
+LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
+# Licences and .po catalogs are read from the fixed list CORPUS_DISTRIBUTIONS (data/sources.yaml), so that a
+# new dependency (its licence, its catalogs) does not change the corpus, nor does whatever else is installed.
+LICENCE_FILES = ("LICENSE", "LICENCE", "COPYING", "NOTICE")  # name prefixes, upper case, in *.dist-info
+LICENCE_DOC_CHARS = (100, 3000)  # a licence document: 1-3 consecutive paragraphs, at least 100 chars
+CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@functools.cache
+def corpus_distributions() -> frozenset[str]:
+    """CORPUS_DISTRIBUTIONS, canonical names."""
+    return frozenset(map(_canonical, CORPUS_DISTRIBUTIONS))
+
+
+def _corpus_dist_info(folder: Path) -> bool:
+    return _canonical(folder.name[: -len(".dist-info")].rsplit("-", 1)[0]) in corpus_distributions()
+
+
+def _corpus_package(top_level: str) -> bool:
+    dists = importlib.metadata.packages_distributions().get(top_level, [])
+    return any(_canonical(d) in corpus_distributions() for d in dists)
+
+
+def _site_packages() -> list[Path]:
+    """The folders that the installed distributions live in (purelib and platlib; usually one)."""
+    paths = sysconfig.get_paths()
+    return sorted({Path(paths[key]) for key in ("purelib", "platlib")})
+
+
+@functools.cache
+def licence_texts() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(file, paragraphs) for each licence, copyright and notice file (LICENSE*, LICENCE*, COPYING*,
+    NOTICE*) in the *.dist-info folders of the installed distributions, in sorted order. Paragraphs keep
+    their line breaks and indentation; left out are those seen before (whitespace and case aside: many
+    packages ship the same MIT or Apache text), those without a word and those over 3000 chars."""
+    seen: set[str] = set()
+    texts = []
+    for root in _site_packages():
+        for dist in sorted(d for d in root.glob("*.dist-info") if _corpus_dist_info(d)):
+            for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
+                text = path.read_text(encoding="utf-8", errors="replace")
+                text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
+                paras = []
+                for block in re.split(r"\n[ \t]*\n", text):
+                    para = "\n".join(line.rstrip() for line in block.split("\n")).strip("\n")
+                    key = " ".join(para.split()).casefold()
+                    if key in seen or not re.search(r"[A-Za-z]{3}", para) or len(para) > LICENCE_DOC_CHARS[1]:
+                        continue
+                    seen.add(key)
+                    paras.append(para)
+                if paras:
+                    texts.append((str(path.relative_to(root)), tuple(paras)))
+    return tuple(texts)
+
+
+def licence_docs(rng: random.Random) -> list[str]:
+    """Boilerplate documents of real licence text (see `licence_texts`), shuffled: 1-3 consecutive
+    paragraphs of a file, each paragraph used once. A document under 100 chars takes in the next
+    paragraphs, of the next file if need be (so a lone copyright line joins the next licence). Near
+    duplicates are left out, as in `real_articles`."""
+    lo, hi = LICENCE_DOC_CHARS
+    docs: list[str] = []
+    cur: list[str] = []
+    want = rng.choice((1, 1, 1, 2, 2, 3))
+    for _, paras in licence_texts():
+        for para in paras:
+            if cur and sum(map(len, cur)) + len(para) > hi:  # too long to join
+                if sum(map(len, cur)) >= lo:
+                    docs.append("\n\n".join(cur))
+                cur = []  # (a short start is dropped)
+            cur.append(para)
+            if len(cur) >= want and sum(map(len, cur)) >= lo:
+                docs.append("\n\n".join(cur))
+                cur, want = [], rng.choice((1, 1, 1, 2, 2, 3))
+    docs = _drop_near_duplicates(docs)  # e.g. the BSD clauses, which differ in the project's name only
+    rng.shuffle(docs)
+    return docs
+
+
+PO_LINE = re.compile(r'(msgctxt|msgid_plural|msgid|msgstr(?:\[\d+\])?)\s+(".*")')
+PO_ESCAPE = re.compile(r"\\(.)")
+
+
+def _po_string(quoted: str) -> str:
+    return PO_ESCAPE.sub(lambda m: {"n": "\n", "t": "\t", "r": ""}.get(m[1], m[1]), quoted.strip()[1:-1])
+
+
+def po_messages(text: str) -> list[str]:
+    """The translations (msgstr, msgstr[n]) of a gettext .po file, in file order, stripped; not the
+    header, untranslated, fuzzy or obsolete entries."""
+    entries: list[tuple[dict[str, str], bool]] = []
+    entry: dict[str, str] = {}
+    key, fuzzy = None, False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#~"):
+            continue
+        m = PO_LINE.fullmatch(line)
+        if any(k.startswith("msgstr") for k in entry) and (
+                not line or line.startswith("#") or (m and m[1] in ("msgctxt", "msgid"))):
+            entries.append((entry, fuzzy))
+            entry, key, fuzzy = {}, None, False
+        if line.startswith("#,") and "fuzzy" in line:
+            fuzzy = True
+        elif m:
+            key = m[1]
+            entry[key] = _po_string(m[2])
+        elif line.startswith('"') and key:
+            entry[key] += _po_string(line)
+    entries.append((entry, fuzzy))
+    return [v.strip() for e, fz in entries if e.get("msgid") and not fz
+            for k, v in e.items() if k.startswith("msgstr") and v.strip()]
+
+
+@functools.cache
+def po_catalogs() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(file, variant, messages) for each Chinese gettext catalog that installed packages ship
+    (<package>/.../zh*/LC_MESSAGES/*.po), in sorted order: the translations with 2 or more Chinese
+    characters, each once over all catalogs. variant: zh_TW for zh_TW/zh_HK/zh_Hant, else zh_CN."""
+    seen: set[str] = set()
+    catalogs = []
+    for root in _site_packages():
+        paths = sorted({p for pattern in ("*/*/zh*/LC_MESSAGES/*.po", "*/*/*/zh*/LC_MESSAGES/*.po")
+                        for p in root.glob(pattern) if _corpus_package(p.relative_to(root).parts[0])})
+        for path in paths:
+            variant = "zh_TW" if re.search(r"zh[_-](TW|HK|MO|Hant)", path.parent.parent.name) else "zh_CN"
+            msgs = [m for m in dict.fromkeys(po_messages(path.read_text(encoding="utf-8", errors="replace")))
+                    if len(CJK_CHAR.findall(m)) >= 2 and m not in seen]
+            seen.update(msgs)
+            if msgs:
+                catalogs.append((str(path.relative_to(root)), variant, tuple(msgs)))
+    return tuple(catalogs)

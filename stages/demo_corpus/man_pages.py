@@ -1,0 +1,171 @@
+"""Man pages, formatted as `man` prints them: English ones render a real function's docstring (an
+API doc) as a command or a library function; Chinese ones come from templates (data/man_pages.yaml)."""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from stages.demo_corpus.base import BuilderBase
+from stages.demo_corpus.docstrings import ApiDoc
+from stages.demo_corpus.tables import (
+    MAN_TITLES_CLI,
+    MAN_TITLES_LIB,
+    MONTHS,
+    ZH_EFFECTS,
+    ZH_MAN_ARGS,
+    ZH_MAN_AUTHOR,
+    ZH_MAN_BUGS,
+    ZH_MAN_DESC,
+    ZH_MAN_ENV,
+    ZH_MAN_ENV_TEXT,
+    ZH_MAN_EXIT,
+    ZH_MAN_FILES,
+    ZH_MAN_HEADINGS,
+    ZH_MAN_OPTION_NOTES,
+    ZH_MAN_OPTIONS,
+    ZH_MAN_PATHS,
+    ZH_MAN_PROGS,
+    ZH_MAN_TITLES,
+    ZH_OBJECTS,
+    ZH_OPTION_ARGS,
+    ZH_PEOPLE,
+)
+from stages.demo_corpus.text import _man_title_line, _man_wrap, _metavar, _zh_wrap, to_traditional
+
+
+class ManPages(BuilderBase):
+    def man_page(self, loc: str) -> str:
+        """A formatted man page: English from an API doc (see `_man_en`), Chinese from templates."""
+        return self._man_en(self.api.pop()) if loc == "en_US" else self._man_zh(loc)
+
+    def _man_en(self, api: ApiDoc) -> str:
+        """The man page of a documented function: as a command (section 1; its parameters become
+        --options) or, when its signature is known, sometimes as a library function (section 3)."""
+        rng = self.rng
+        parts = api.name.split(".")
+        project, func = parts[0], parts[-1]
+        library = api.signature is not None and rng.random() < 0.3
+        if library:
+            cmd, sec, title = api.name, rng.choice(("3", "3", "3py")), rng.choice(MAN_TITLES_LIB)
+        else:
+            cmd = func.replace("_", "-") if rng.random() < 0.6 else f"{project}-{func.replace('_', '-')}"
+            sec, title = "1", rng.choice(MAN_TITLES_CLI)
+        ref = f"{cmd if library else cmd.upper()}({sec})"
+        summary = api.summary.rstrip(".")
+        if summary[1:2].islower():
+            summary = summary[0].lower() + summary[1:]
+        out = []
+        header = rng.random() < 0.8
+        if header:
+            out += [_man_title_line(ref, title.format(project=project.capitalize()), ref), ""]
+        out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), "", "SYNOPSIS"]
+        options = []
+        for name, typ, _ in api.params:
+            flag = f"-{name}" if len(name) == 1 else f"--{name.replace('_', '-')}"
+            options.append(f"{flag} {meta}" if (meta := _metavar(name, typ)) else flag)
+        if library:
+            owner = ".".join(parts[:-1])
+            call = func
+            if len(parts) >= 3 and parts[-2][:1].isupper():  # a method
+                owner, call = ".".join(parts[:-2]), f"{parts[-2]}.{func}"
+            out += [f"       from {owner} import {call.split('.')[0]}", "",
+                    _man_wrap(f"{call}({', '.join(api.signature or ())})", 7, 8 + len(call))]
+        else:
+            tokens = [cmd] + [f"[{o}]".replace(" ", "\xa0") for o in options]
+            tokens += [rng.choice(("[FILE]...", "[INPUT]", "FILE"))] if rng.random() < 0.4 else []
+            out.append(_man_wrap(" ".join(tokens), 7, 8 + len(cmd)).replace("\xa0", " "))
+        out += ["", "DESCRIPTION"]
+        for para in api.description or (api.summary,):
+            out += [_man_wrap(para, 7), ""]
+        out.append("PARAMETERS" if library else "OPTIONS")
+        for (name, typ, desc), option in zip(api.params, options):
+            out.append(f"       {name}" + (f" : {typ}" if typ else "") if library else f"       {option}")
+            out += [_man_wrap(desc, 14), ""]
+        if api.returns and rng.random() < 0.7:
+            out += ["RETURN VALUE" if library else "OUTPUT", _man_wrap(api.returns, 7), ""]
+        if api.example and rng.random() < 0.7:
+            out += ["EXAMPLES", *(f"       {line}" for line in api.example.split("\n")), ""]
+        if api.see_also and rng.random() < 0.85:
+            refs = [r if library else r.rsplit(".", 1)[-1].replace("_", "-") for r in api.see_also]
+            out += ["SEE ALSO", _man_wrap(", ".join(f"{r}({sec})" for r in refs), 7), ""]
+        if rng.random() < 0.15:
+            out += ["AUTHORS", f"       Written by the {project} developers.", ""]
+        if header:
+            version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+            out.append(_man_title_line(f"{project} {version}", f"{rng.choice(MONTHS)} {rng.randint(2015, 2024)}", ref))
+        return "\n".join(out).rstrip()
+
+    def _man_zh(self, loc: str) -> str:
+        """A Chinese man page from the templates: a program (English name) with its purpose, 3-8 options
+        with full-sentence descriptions, description paragraphs and some of the optional sections."""
+        rng, f = self.rng, self.fake[loc]
+        prog, purpose, zharg, sec = rng.choice(ZH_MAN_PROGS)
+        (name_h, syn_h, desc_h, opt_h, ex_h, exit_h, files_h, env_h, see_h, author_h,
+         bugs_h) = rng.choice(ZH_MAN_HEADINGS)
+        options = rng.sample(ZH_MAN_OPTIONS, rng.randint(3, 8))
+        long_opts = [f"--{o[1]}" for o in options]
+        path = rng.choice(ZH_MAN_PATHS).format(prog=prog)
+        env = rng.choice(ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
+        slots: dict[str, Callable[[], str]] = dict(
+            prog=lambda: prog, zharg=lambda: zharg, obj=functools.partial(rng.choice, ZH_OBJECTS),
+            opt=functools.partial(rng.choice, long_opts), opt2=functools.partial(rng.choice, long_opts),
+            path=lambda: path, env=lambda: env, person=functools.partial(rng.choice, ZH_PEOPLE),
+            ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", effect=functools.partial(rng.choice, ZH_EFFECTS),
+            name=f.name, name_en=self.fake["en_US"].name)
+        ref = f"{prog.upper()}({sec})"
+        out = []
+        header = rng.random() < 0.75
+        if header:
+            out += [_man_title_line(ref, rng.choice(ZH_MAN_TITLES[sec]), ref), ""]
+        out += [name_h, f"       {prog} - {purpose}", "", syn_h]
+        if rng.random() < 0.5:
+            out.append(f"       {prog} [选项]... [{zharg}]...")
+        else:
+            flags = "".join(o[0] for o in options if o[0] and not o[2])
+            out.append(f"       {prog} " + (f"[-{flags}] " if flags else "") + f"{zharg}...")
+        out += ["", desc_h]
+        first = rng.choice(("{prog} 用于{purpose}。", "{prog} 是一个用来{purpose}的工具。", "使用 {prog} 可以{purpose}。"))
+        sentences = [first.format(prog=prog, purpose=purpose)]
+        sentences += [self.fill(t, slots) for t in rng.sample(ZH_MAN_DESC, rng.randint(2, 5))]
+        cut = rng.randint(1, len(sentences) - 1)
+        out += [_zh_wrap("".join(sentences[:cut]), 7), "", _zh_wrap("".join(sentences[cut:]), 7), "", opt_h]
+        for short, long, arg, desc in options:
+            meta = (arg if rng.random() < 0.5 else ZH_OPTION_ARGS[arg]) if arg else ""
+            if short and (not meta or rng.random() < 0.5):
+                spec = f"-{short}, --{long}" + (f"={meta}" if meta else "")
+            elif short:
+                spec = f"-{short} {meta}, --{long}={meta}"
+            else:
+                spec = f"--{long}" + (f"={meta}" if meta else "")
+            text = self.fill(desc, slots)
+            if rng.random() < 0.35:
+                text += self.fill(rng.choice(ZH_MAN_OPTION_NOTES), slots)
+            out += [f"       {spec}", _zh_wrap(text, 14), ""]
+        if rng.random() < 0.6:
+            out.append(ex_h)
+            usable = [o for o in long_opts if o not in ("--help", "--version")] or [""]
+            for i in range(rng.randint(1, 3)):
+                out.append("       " + " ".join(w for w in (prog, rng.choice(usable), rng.choice(ZH_MAN_ARGS)) if w))
+                how = rng.choice(("{effect}。", "这条命令会{effect}。", "与上面的例子类似，不过会{effect}。"
+                                  if i else "下面的命令会{effect}。"))
+                out += [_zh_wrap(self.fill(how, slots), 14), ""]
+        if rng.random() < 0.5:
+            out += [exit_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_EXIT), slots), 7), ""]
+        if rng.random() < 0.35:
+            out += [files_h, f"       {path}", _zh_wrap(self.fill(rng.choice(ZH_MAN_FILES), slots), 14), ""]
+        if rng.random() < 0.25:
+            out += [env_h, f"       {env}", _zh_wrap(self.fill(rng.choice(ZH_MAN_ENV_TEXT), slots), 14), ""]
+        if rng.random() < 0.7:
+            others = rng.sample([p for p in ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
+            out += [see_h, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
+        if rng.random() < 0.4:
+            out += [author_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_AUTHOR), slots), 7), ""]
+        if rng.random() < 0.15:
+            out += [bugs_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_BUGS), slots), 7), ""]
+        if header:
+            package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
+            date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",
+                               f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
+            out.append(_man_title_line(f"{package} {rng.randint(1, 9)}.{rng.randint(0, 40)}", date, ref))
+        text = "\n".join(out).rstrip()
+        return to_traditional(text) if loc == "zh_TW" else text

@@ -1,0 +1,150 @@
+"""HTML pages: an article inside a full web page (data/html/page.html), or a documentation page,
+Sphinx (navigation in div.related and div.sphinxsidebar) or DocBook XSL (navigation tables)."""
+from __future__ import annotations
+
+import html
+
+from stages.demo_corpus.base import BuilderBase
+from stages.demo_corpus.records import DOC_PAGE_SHARE, DOCBOOK_SHARE, LOCALES
+from stages.demo_corpus.tables import (
+    DOC_LABELS,
+    DOCBOOK_PAGE,
+    EN_DOC_HEADINGS,
+    EN_DOC_TITLES,
+    MENU_EN,
+    MENU_ZH,
+    PACKAGE_MODULES,
+    PAGE,
+    SPHINX_PAGE,
+    SPHINX_RELATED,
+    SPHINX_THEMES,
+    STDLIB_MODULES,
+    ZH_COMMANDS,
+    ZH_DOC_HEADINGS,
+    ZH_OPTIONS,
+    ZH_TOOLS,
+)
+from stages.demo_corpus.text import _api_html, _code_html, _sentences, _slug, to_traditional
+
+
+class Pages(BuilderBase):
+    def _html(self, loc: str) -> str:
+        rng, f, esc = self.rng, self.fake[loc], html.escape
+        if rng.random() < DOC_PAGE_SHARE:
+            return self.doc_page(loc)
+        body = []
+        for p in self.paragraphs(loc):
+            r = rng.random()
+            if r < 0.15 and len(items := _sentences(p)) > 1:
+                body.append("<ul>\n" + "".join(f"<li>{esc(s)}</li>\n" for s in items) + "</ul>")
+            elif r < 0.3:
+                body.append(f"<h2>{esc(self.sentence(loc, 4))}</h2>\n<p>{esc(p)}</p>")
+            else:
+                link = f' <a href="{self.url(loc)}">{esc(f.word())}&nbsp;&raquo;</a>' if r < 0.5 else ""
+                body.append(f"<p>{esc(p)}{link}</p>")
+        menu = MENU_ZH if loc.startswith("zh") else MENU_EN
+        nav = "".join(f'<li><a href="/{i}">{m}</a></li>' for i, m in enumerate(rng.sample(menu, 5)))
+        date = f"{rng.randint(2005, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        return PAGE.substitute(lang=LOCALES[loc][0], title=esc(self.sentence(loc, 5).rstrip(".。")),
+                               site=f"example.{LOCALES[loc][2]}", ua=rng.randrange(10**6, 10**7), nav=nav,
+                               author=esc(f.name()), year=rng.randint(2005, 2024), date=date, body="\n".join(body))
+
+    # --- documentation pages -----------------------------------------------------------------------------
+    def doc_page(self, loc: str) -> str:
+        """A documentation page: Sphinx (navigation in div.related and div.sphinxsidebar, "¶" header
+        links, highlighted code blocks, for English some API entries from `api_docs`) or, for
+        DOCBOOK_SHARE of them, a DocBook XSL chunk (navigation tables that `clean` keeps as text). The
+        prose is the language's article text (the real pool for English)."""
+        rng, f, esc = self.rng, self.fake[loc], html.escape
+        zh = loc in self.zh_slots
+        labels = dict(DOC_LABELS["zh_CN" if zh else "en"])
+        paragraphs = self.paragraphs(loc)
+        docbook = rng.random() < DOCBOOK_SHARE
+        apis = [self.api.pop() for _ in range(min(len(self.api), rng.choice((0, 1, 1, 2))))] \
+            if loc == "en_US" and not docbook else []
+        if zh:
+            headings = rng.sample(ZH_DOC_HEADINGS, 6)
+            project, title = rng.choice(ZH_TOOLS), headings.pop()
+            title = f"{project} {title}" if project.isascii() else title
+            neighbours = headings[:2]
+        elif loc == "en_US":
+            headings = rng.sample(EN_DOC_HEADINGS, 6)
+            if apis:
+                project, owner = apis[0].name.split(".")[0], apis[0].name.rsplit(".", 1)[0]
+                title = f"{owner} — {rng.choice(EN_DOC_TITLES)}"
+            else:
+                project, title = f.word().capitalize(), headings.pop()
+            neighbours = [rng.choice(STDLIB_MODULES + PACKAGE_MODULES) if apis else headings.pop() for _ in range(2)]
+        else:
+            headings = [self.sentence(loc, 3).rstrip(".。") for _ in range(4)]
+            project, title = f.word().capitalize(), self.sentence(loc, 4).rstrip(".。")
+            neighbours = [self.sentence(loc, 3).rstrip(".。") for _ in range(2)]
+        if loc == "zh_TW":
+            labels = {k: to_traditional(v) for k, v in labels.items()}
+            headings, neighbours = [to_traditional(h) for h in headings], [to_traditional(n) for n in neighbours]
+            title, project = to_traditional(title), to_traditional(project)
+        if rng.random() < 0.7:  # a code block: imports of the API entries (their examples are theirs), or shell
+            imports = [f">>> from {owner} import {name}" for owner, name in (a.name.rsplit(".", 1) for a in apis)
+                       if not owner.rsplit(".", 1)[-1][:1].isupper()]
+            code = "\n".join(imports) or "\n".join(f"$ {rng.choice(ZH_COMMANDS)} {rng.choice(ZH_OPTIONS)}"
+                                                   for _ in range(rng.randint(1, 3)))
+        else:
+            code = ""
+        # sections: (heading, blocks); the first has no heading (the page's introduction)
+        n_sections = min(len(paragraphs), rng.randint(1, 3)) + 1
+        cuts = sorted(rng.sample(range(1, len(paragraphs)), n_sections - 2)) if n_sections > 2 else []
+        groups = [paragraphs[a:b] for a, b in zip([0, *cuts], [*cuts, len(paragraphs)])]
+        if len(groups) == 1 and len(paragraphs) > 1:
+            groups = [paragraphs[:1], paragraphs[1:]]
+        sections: list[tuple[str, list[str]]] = [("" if i == 0 else headings[i - 1], [f"<p>{esc(p)}</p>" for p in g])
+                                                  for i, g in enumerate(groups)]
+        if code:
+            block = (f'<pre class="{rng.choice(("programlisting", "screen"))}">{esc(code)}</pre>' if docbook
+                     else _code_html(code, "python3" if code.startswith(">>>") else "console"))
+            where = sections[rng.randrange(len(sections))][1]
+            where.insert(rng.randint(0, len(where)), block)
+        if apis:
+            sections.append((headings[len(sections) - 1], [_api_html(a, labels) for a in apis]))
+        year = rng.randint(2008, 2024)
+        version = f"{rng.randint(0, 5)}.{rng.randint(0, 20)}"
+        anchor, prev_title, next_title = _slug(title, 0), *neighbours
+        prev_href, next_href = (f"{_slug(t, i + 1)}.html" for i, t in enumerate(neighbours))
+        if docbook:
+            n_chapter = rng.randint(1, 12)
+            num = f"{n_chapter}.{rng.randint(1, 9)}"
+            chapter = headings[-1]
+            chapter_title = f"第 {n_chapter} 章 {chapter}" if zh else f"{labels['chapter']} {n_chapter}. {chapter}"
+            body = []
+            for i, (heading, blocks) in enumerate(sections):
+                if heading:
+                    body.append(f'<div class="section"><div class="titlepage"><div><div><h3 class="title"><a id="'
+                                f'{_slug(heading, i)}"></a>{num}.{i}. {esc(heading)}</h3></div></div></div>'
+                                + "".join(blocks) + "</div>")
+                else:
+                    body.extend(blocks)
+            return DOCBOOK_PAGE.substitute(
+                labels, lang=LOCALES[loc][0], num=num, title=esc(title),
+                book=esc(f"{project} {labels['documentation']}"),
+                up_href=f"ch{n_chapter:02d}.html", chapter_title=esc(chapter_title), prev_href=prev_href,
+                next_href=next_href, prev_title=esc(prev_title), next_title=esc(next_title), anchor=anchor,
+                body="".join(body))
+        body, toc = [], []
+        for i, (heading, blocks) in enumerate(sections):
+            if not heading:
+                body.extend(blocks)
+                continue
+            sid = _slug(heading, i)
+            toc.append(f'<li><a class="reference internal" href="#{sid}">{esc(heading)}</a></li>')
+            body.append(f'<section id="{sid}">\n<h2>{esc(heading)}<a class="headerlink" href="#{sid}" '
+                        f'title="{labels["permalink"]}">¶</a></h2>\n' + "\n".join(blocks) + "\n</section>")
+        values = dict(labels, lang=LOCALES[loc][0], title=esc(title), project=esc(project), version=version,
+                      prev_title=esc(prev_title), next_title=esc(next_title), prev_href=prev_href,
+                      next_href=next_href, section=esc(headings[-1]))
+        created_after = "创建。" if zh else "."
+        return SPHINX_PAGE.substitute(
+            values, related=SPHINX_RELATED.substitute(values), hash=f"{rng.getrandbits(32):08x}",
+            theme=rng.choice(SPHINX_THEMES), anchor=anchor, body="\n".join(body), toc_items="\n".join(toc),
+            source=_slug(title, 0), years=f"{year - rng.randint(0, 10)}-{year}",
+            authors=esc(f.company() if rng.random() < 0.5 else f"{project} developers"),
+            sphinx_version=f"{rng.randint(4, 8)}.{rng.randint(0, 4)}.{rng.randint(0, 6)}",
+            created_after=to_traditional(created_after) if loc == "zh_TW" else created_after)

@@ -1,0 +1,85 @@
+"""Build the bundled demo corpus: raw JSONL shards that the `clean` stage runs on.
+
+`python -m stages.demo_corpus [--params params.yaml]` reads the `demo_corpus` section, writes the shards,
+the labels, the semantic-filter labels and the metrics file, each atomically.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from stages.common.runtime.atomic import atomic_dir, atomic_path, check_owned_paths, write_json
+from stages.common.runtime.cli import stage_main
+from stages.common.runtime.params import param, validate
+from stages.demo_corpus.builder import Builder
+from stages.demo_corpus.records import Doc, _dumps, record_counts, semantic_labels
+
+STAGE = "demo_corpus"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Params:
+    # paths have no default: they come from params.yaml or the caller, so a test never writes the repo's data
+    out_dir: str = param(nonempty=True)
+    labels_path: str = param(nonempty=True)
+    semantic_labels_path: str = param(nonempty=True)
+    metrics_path: str = param(nonempty=True)
+    seed: int = param(1234, min=0)
+    num_docs: int = param(24000, min=1)
+    num_shards: int = param(8, min=1)
+
+    def __post_init__(self) -> None:
+        validate(self, STAGE)
+        record_counts(self.num_docs)  # too few records for the mix: fail before any work
+
+
+def write(docs: list[Doc], params: Params) -> tuple[int, int]:
+    """Write the shards, the labels and the semantic-filter labels atomically; return (uncompressed,
+    compressed) shard bytes."""
+    n, k = len(docs), params.num_shards
+    labels: list[dict[str, Any]] = []
+    raw_size = gz_size = 0
+    with atomic_dir(params.out_dir) as tmp:
+        for s in range(k):
+            name = f"part-{s:05d}.jsonl.gz"
+            chunk = docs[s * n // k:(s + 1) * n // k]
+            payload = b"".join(d.line() + b"\n" for d in chunk)
+            with open(tmp / name, "wb") as fh, gzip.GzipFile("", "wb", 6, fh, mtime=0) as gz:
+                gz.write(payload)
+            raw_size += len(payload)
+            gz_size += (tmp / name).stat().st_size
+            labels.extend(d.label(name, i + 1) for i, d in enumerate(chunk))
+    with atomic_path(params.labels_path) as tmp_labels:
+        tmp_labels.write_text("".join(json.dumps(lab, ensure_ascii=False) + "\n" for lab in labels),
+                              encoding="utf-8")
+    with atomic_path(params.semantic_labels_path) as tmp_semantic:
+        tmp_semantic.write_text("".join(_dumps(row) + "\n" for row in semantic_labels(docs, params.seed)),
+                                encoding="utf-8")  # _dumps: noisy text holds U+0085 and U+2028
+    return raw_size, gz_size
+
+
+def run(params: Params) -> dict[str, int | float]:
+    """Build and write the corpus; write and return the metrics: records by kind, language, duplicate
+    type and malformation, records without an id, shard bytes."""
+    check_owned_paths(STAGE, {}, {"out_dir": params.out_dir})
+    log.info("building %d demo records (seed %d)", params.num_docs, params.seed)
+    docs = Builder(params.seed).build(params.num_docs)
+    raw_size, gz_size = write(docs, params)
+    counts: Counter[str] = Counter(records=len(docs), no_id=sum(d.id is None for d in docs))
+    for d in docs:
+        lab = d.label("", 0)
+        counts.update(f"{key}.{lab[key] or 'none'}" for key in ("kind", "lang", "dup_type", "malformed"))
+    metrics: dict[str, int | float] = dict(sorted(counts.items()))
+    metrics.update(bytes_uncompressed=raw_size, bytes_compressed=gz_size)
+    write_json(params.metrics_path, metrics)
+    log.info("demo corpus metrics: %s", json.dumps(metrics))
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    stage_main(STAGE, Params, run, __doc__, argv)

@@ -1,0 +1,154 @@
+"""Small text helpers the generators share: English inflection, sentence splitting, Jaccard
+similarity, Traditional Chinese, man-page layout (fill, header and footer lines, metavars) and the HTML
+of Sphinx code blocks and API entries."""
+from __future__ import annotations
+
+import html
+import re
+import textwrap
+from typing import TYPE_CHECKING
+
+from stages.demo_corpus.tables import S2T_CHARS, S2T_PHRASES
+
+if TYPE_CHECKING:
+    from stages.demo_corpus.docstrings import ApiDoc
+
+S2T_SPLIT = re.compile("(" + "|".join(sorted(S2T_PHRASES, key=len, reverse=True)) + ")")
+SENTENCE_END = re.compile(r"(?<=[.。!?])[ \t]*")
+MAN_WIDTH = 78
+ZH_NO_LINE_START = set("，。、；：？！）」』”’》")
+
+
+def to_traditional(text: str) -> str:
+    """Taiwan-style Traditional Chinese for the templated text (see S2T_PHRASES, S2T_CHARS)."""
+    parts = S2T_SPLIT.split(text)
+    return "".join(S2T_PHRASES[p] if i % 2 else p.translate(S2T_CHARS) for i, p in enumerate(parts))
+
+
+def _sentences(paragraph: str) -> list[str]:
+    return [s for s in SENTENCE_END.split(paragraph) if s]
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    return noun[:-1] + "ies" if noun.endswith("y") and noun[-2] not in "aeiou" else noun + "s"
+
+
+def _third_person(verb: str) -> str:
+    return _plural(verb)  # same spelling rules for the verbs listed
+
+
+def _past(verb: str) -> str:
+    if verb.endswith("e"):
+        return verb + "d"
+    return verb[:-1] + "ied" if verb.endswith("y") and verb[-2] not in "aeiou" else verb + "ed"
+
+
+def jaccard(a: str, b: str, cjk: bool) -> float:
+    """Jaccard similarity of word 3-grams (character 3-grams for zh/ja)."""
+    toks = [[c for c in t if not c.isspace()] if cjk else t.split() for t in (a, b)]
+    sa, sb = ({tuple(t[i:i + 3]) for i in range(max(1, len(t) - 2))} for t in toks)
+    return len(sa & sb) / max(1, len(sa | sb))
+
+
+def _man_wrap(text: str, indent: int, hanging: int | None = None) -> str:
+    """Text filled to MAN_WIDTH columns at a man page's indentation (7 for sections, 14 for items)."""
+    return textwrap.fill(text, MAN_WIDTH, initial_indent=" " * indent,
+                         subsequent_indent=" " * (indent if hanging is None else hanging),
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _zh_wrap(text: str, indent: int, width: int = MAN_WIDTH) -> str:
+    """Chinese text filled to `width` columns (a CJK character takes two), ASCII words kept whole."""
+    lines, cur, cols = [], "", indent
+    for tok in re.findall(r"[\x21-\x7e]+|\s+|.", text):
+        w = sum(1 if ord(c) < 0x1100 else 2 for c in tok)
+        if cols + w > width and cur.strip() and tok not in ZH_NO_LINE_START:
+            lines.append(cur.rstrip())
+            cur, cols = "", indent
+            if tok.isspace():
+                continue
+        cur += tok
+        cols += w
+    lines.append(cur.rstrip())
+    return "\n".join(" " * indent + line.lstrip() for line in lines if line.strip())
+
+
+def _man_title_line(left: str, centre: str, right: str) -> str:
+    """The header or footer line of a formatted man page: left, centred title, right."""
+    width = sum(1 if ord(c) < 0x1100 else 2 for c in centre)
+    gap = max(2, MAN_WIDTH - len(left) - len(right) - width)
+    return f"{left}{' ' * (gap // 2)}{centre}{' ' * (gap - gap // 2)}{right}"
+
+
+def _metavar(name: str, typ: str) -> str:
+    """The argument of a --option from a documented parameter type ("" for a flag)."""
+    t = typ.lower()
+    if "bool" in t:
+        return ""
+    if t.startswith("{"):
+        choices = re.findall(r"[\w-]+", t.split("}")[0])[:4]
+        return "{" + ",".join(choices) + "}" if choices else "VALUE"
+    for words, meta in (("int", "N"), ("float scalar number", "NUM"), ("str", "STRING"), ("callable function", "FUNC"),
+                        ("path file", "FILE"), ("array list sequence iterable tuple", "LIST"), ("dict mapping", "MAP")):
+        if any(re.match(rf"{w}\b", t) or f" {w}" in t for w in words.split()):
+            return meta
+    return name.upper().replace("_", "-")[:12] or "VALUE"
+
+
+def _slug(text: str, i: int) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug if slug and text.isascii() else f"id{i}"
+
+
+def _code_html(code: str, lang: str) -> str:
+    """A highlighted code block as Sphinx writes it (Pygments spans inside <pre>)."""
+    out = []
+    for tok in re.findall(r"^(?:>>>|\.\.\.|\$) |\w+|\s+|[^\w\s]", code, re.M):
+        if tok in (">>> ", "... ", "$ "):
+            out.append(f'<span class="gp">{html.escape(tok)}</span>')
+        elif tok.isspace():
+            out.append(tok)
+        else:
+            cls = "mi" if tok.isdigit() else "n" if tok[0].isalnum() or tok[0] == "_" else "p"
+            out.append(f'<span class="{cls}">{html.escape(tok)}</span>')
+    return (f'<div class="highlight-{lang} notranslate"><div class="highlight"><pre><span></span>{"".join(out)}\n'
+            "</pre></div>\n</div>")
+
+
+def _api_html(api: ApiDoc, labels: dict[str, str]) -> str:
+    """An API entry of a Sphinx page (autodoc): signature with its "¶" link, description, field list."""
+    esc = html.escape
+    owner, func = api.name.rsplit(".", 1)
+    params = api.signature or tuple(n for n, _, _ in api.params)
+    sig = ", ".join(f'<em class="sig-param"><span class="n"><span class="pre">{esc(p)}</span></span></em>'
+                    for p in params)
+    kind = "method" if owner.rsplit(".", 1)[-1][:1].isupper() else "function"
+    out = [f'<dl class="py {kind}">', f'<dt class="sig sig-object py" id="{esc(api.name)}">',
+           f'<span class="sig-prename descclassname"><span class="pre">{esc(owner)}.</span></span>'
+           f'<span class="sig-name descname"><span class="pre">{esc(func)}</span></span>'
+           '<span class="sig-paren">(</span>'
+           f'{sig}<span class="sig-paren">)</span><a class="headerlink" href="#{esc(api.name)}" '
+           f'title="{labels["definition"]}">¶</a></dt>', f"<dd><p>{esc(api.summary)}</p>"]
+    out += [f"<p>{esc(d)}</p>" for d in api.description]
+    out += ['<dl class="field-list simple">',
+            f'<dt class="field-odd">{labels["parameters"]}<span class="colon">:</span></dt>',
+            '<dd class="field-odd"><ul class="simple">']
+    out += [f'<li><p><strong>{esc(n)}</strong>{f" (<em>{esc(t)}</em>)" if t else ""} – {esc(d)}</p></li>'
+            for n, t, d in api.params]
+    out.append("</ul>\n</dd>")
+    if api.returns:
+        out += [f'<dt class="field-even">{labels["returns"]}<span class="colon">:</span></dt>',
+                f'<dd class="field-even"><p>{esc(api.returns)}</p>\n</dd>']
+    out.append("</dl>")
+    if api.see_also:
+        refs = ", ".join(f'<a class="reference internal" href="#{esc(r)}" title="{esc(r)}"><code class="xref py '
+                         f'py-func docutils literal notranslate"><span class="pre">{esc(r)}</span></code></a>'
+                         for r in api.see_also)
+        out.append(f'<div class="admonition seealso">\n<p class="admonition-title">{labels["see_also"]}</p>\n'
+                   f'<p>{refs}</p>\n</div>')
+    if api.example:
+        out += [f'<p class="rubric">{labels["examples"]}</p>', _code_html(api.example, "default")]
+    out.append("</dd></dl>")
+    return "\n".join(out)
