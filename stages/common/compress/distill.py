@@ -12,23 +12,17 @@ quantization-aware training.
 """
 from __future__ import annotations
 
-import dataclasses
-import sys
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stages.common.lm.token_shards import TierSampler, read_manifest
-from stages.common.runtime.digest import file_digest
+from stages.common.lm.token_shards import TierSampler
 from stages.common.runtime.params import param
 from stages.common.training import checkpoint
-from stages.common.training import trainer as trainer_module
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import DistEnv, replicate
@@ -124,15 +118,3 @@ def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: Di
                 progress_bar=progress_bar, desc=desc)
     student.eval()
     return trainer.history, state["step"] if state is not None else None
-
-
-def run_fingerprint(params: Any, excluded: set[str], model_file: Path, tokens_dir: str,
-                    code: Iterable[ModuleType]) -> str:
-    """A fine-tune's identity for resuming: the stage's params that shape the weights (all but
-    `excluded`), the contents of the model it starts from and of the token shards (their manifest), and
-    the code (`code`, this module, the trainer, the checkpoint format)."""
-    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in excluded}
-    data = {"model": file_digest(model_file),
-            "tokens": read_manifest(tokens_dir)}
-    return checkpoint.fingerprint({"params": shaping, "data": data},
-                                  (*code, sys.modules[__name__], trainer_module, checkpoint))

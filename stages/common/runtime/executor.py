@@ -9,7 +9,9 @@ come back in shard order, so whatever is global (clean's dedup index, perplexity
 sees documents in input order and the outputs do not depend on the executor or the worker count.
 
 The work folder carries a fingerprint of what its shards were computed from (params, input files, the
-stages' code); another fingerprint clears it, and a folder without one is refused (it is not the stage's).
+stage's code: stages.common.runtime.digest.fingerprint, where the executor params count as placement only,
+so a rerun on another executor or worker count keeps finished shards); another fingerprint clears it,
+and a folder without one is refused (it is not the stage's).
 The run using it holds a lock file in it, so a second run on the same folder stops at once, naming the
 first. The stage deletes it once its outputs are published. Pool workers end when the stage process ends,
 even when it is killed.
@@ -19,7 +21,6 @@ filesystem at the same path on every node (the driver reads the shard results th
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib
 import json
 import logging
@@ -35,7 +36,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,6 @@ EXECUTORS = ("local", "ray")
 SUMMARY = "summary.json"
 FINGERPRINT = WORK_MARKER
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: Ray workers import `stages` from here
-# Params that choose where the work runs, not what it computes: changing them keeps finished shards.
-PLACEMENT_KEYS = ("executor", "address", "num_workers", "num_threads")
 
 
 def check_executor(stage: str, executor: str, address: str) -> None:
@@ -56,23 +55,6 @@ def check_executor(stage: str, executor: str, address: str) -> None:
         raise ValueError(f"param '{stage}.executor' must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if address and executor != "ray":
         raise ValueError(f"param '{stage}.address' is for executor: ray (got executor: {executor})")
-
-
-def fingerprint(params: Any, files: Iterable[str | Path] = (), extra: bytes = b"") -> str:
-    """Digest of the params (less PLACEMENT_KEYS), the files' names, sizes and mtimes, the source of every
-    loaded `stages` module, and `extra` (e.g. model weights)."""
-    h = hashlib.blake2b(digest_size=16)
-    settings = {k: v for k, v in asdict(params).items() if k not in PLACEMENT_KEYS}
-    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
-    for path in files:
-        st = os.stat(path)
-        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    code = ROOT / "stages"  # `python -m stages.x` loads the stage as __main__: found by its file, not its name
-    sources = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
-    for source in sorted(s for s in sources if s.is_relative_to(code)):
-        h.update(str(source.relative_to(code)).encode() + source.read_bytes())
-    h.update(extra)
-    return h.hexdigest()
 
 
 class WorkDir:

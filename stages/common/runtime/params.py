@@ -27,6 +27,8 @@ T = TypeVar("T")
 
 DEFAULT_PARAMS_PATH = Path("params.yaml")
 RULES = ("min", "max", "gt", "lt", "choices", "nonempty")
+# Field metadata key of `param(..., placement=True)`: see `param`.
+PLACEMENT = "placement"
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> dict[str, Any]:
@@ -37,13 +39,19 @@ def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> dict[str, Any]:
     return params
 
 
-def param(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, **rules: Any) -> Any:
+def param(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, placement: bool = False,
+          **rules: Any) -> Any:
     """A dataclass field with the values it allows: `min`/`max` (inclusive) and `gt`/`lt` (exclusive)
-    bounds, `choices` (a collection of allowed values) and `nonempty` (strings, lists)."""
+    bounds, `choices` (a collection of allowed values) and `nonempty` (strings, lists).
+
+    `placement=True` marks a field that only says where or how the work runs (threads, workers, executor,
+    output paths, progress bars, checkpoint cadence), not what it computes: resume and cache identities
+    (stages.common.runtime.digest.fingerprint) leave it out, so changing it keeps finished work."""
     unknown = sorted(set(rules) - set(RULES))
     if unknown:
         raise TypeError(f"unknown param rule {unknown[0]!r} (known: {', '.join(RULES)})")
-    return dataclasses.field(default=default, default_factory=default_factory, metadata=rules)
+    metadata = {**rules, PLACEMENT: True} if placement else rules
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 def _fmt(x: Any) -> str:

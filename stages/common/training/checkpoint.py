@@ -30,13 +30,13 @@ What stays trusted: this code and the libraries it runs (torch's weights-only un
 the json module), and the other processes of the same job (DCP exchanges its plans between ranks as
 pickles over the process group). The consolidated model (`stages.common.lm.model`) is one safetensors file.
 
-Every checkpoint carries its run's fingerprint (`fingerprint`: the params that shape the weights, the
-input data, the code); `resume` continues only a run with the same fingerprint and clears the others.
+Every checkpoint carries its run's fingerprint (stages.common.runtime.digest.fingerprint: the params that
+shape the weights, the input data, the code the stage imports); `resume` continues only a run with the
+same fingerprint and clears the others.
 The train, prune and qat stages all checkpoint and resume through this module.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -44,10 +44,8 @@ import pickle
 import re
 import shutil
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -83,15 +81,6 @@ class CheckpointParams:
     def __post_init__(self) -> None:
         if self.every < 0 or self.keep < 1:
             raise ValueError(f"params '*.checkpoint': every must be >= 0 and keep >= 1, got {self}")
-
-
-def fingerprint(shaping: Any, code: Iterable[ModuleType]) -> str:
-    """Digest of a run's identity: `shaping` (JSON-able: the params that change the weights, the input
-    data's manifest or digest) and the source of the `code` modules (so that after a code change, which
-    DVC reruns a stage for, a checkpoint of the old code is not resumed)."""
-    sources = {Path(m.__file__).name: hashlib.sha256(Path(m.__file__).read_bytes()).hexdigest() for m in code}
-    text = json.dumps({"params": shaping, "code": sources}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _barrier() -> None:

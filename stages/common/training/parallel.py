@@ -51,8 +51,9 @@ class ParallelParams:
     pipeline_parallel_size: int = param(1, min=1)
     # gpipe | 1f1b; micro-batches = gradient_accumulation_steps
     pipeline_schedule: str = param("1f1b", choices=PP_SCHEDULES)
-    activation_checkpointing: bool = False  # recompute each block's activations in the backward pass
-    compile: bool = False  # torch.compile each block
+    # placement=True (these two): how the same weights are computed, not which; a checkpoint resumes across them
+    activation_checkpointing: bool = param(False, placement=True)  # recompute each block's activations in backward
+    compile: bool = param(False, placement=True)  # torch.compile each block
     # none | fp16 | bf16 (CUDA/NCCL only) | powersgd: gradient compression (DDP)
     ddp_comm_hook: str = param("none", choices=COMM_HOOKS)
     powersgd_rank: int = param(1, min=1)  # PowerSGD's matrix approximation rank

@@ -1,7 +1,6 @@
-"""The shard executor's local implementation: order, completion markers, resume, fingerprints.
+"""The shard executor's local implementation: order, completion markers, resume, work folder identity.
 (The Ray implementation runs the same code paths in tests/integration/test_ray_executor.py.)"""
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ import psutil
 import pytest
 
 from stages.common.runtime.atomic import is_complete
-from stages.common.runtime.executor import SUMMARY, WorkDir, check_executor, fingerprint, map_shards
+from stages.common.runtime.executor import SUMMARY, WorkDir, check_executor, map_shards
 
 _offset = 0
 
@@ -68,25 +67,6 @@ def test_other_settings_clear_the_work_folder(tmp_path):
     results = run(WorkDir(tmp_path / "work", "fp2"), [0, 1], tmp_path / "log2")
     assert not any(r.resumed for r in results)
     assert len(list((tmp_path / "log2").iterdir())) == 2
-
-
-@dataclasses.dataclass(frozen=True)
-class P:
-    threshold: float = 0.5
-    executor: str = "local"
-    address: str = ""
-    num_workers: int = 0
-
-
-def test_fingerprint_follows_settings_and_input_not_placement(tmp_path):
-    data = tmp_path / "in.jsonl"
-    data.write_text("a\n")
-    base = fingerprint(P(), [data])
-    assert fingerprint(P(executor="ray", address="auto", num_workers=8), [data]) == base
-    assert fingerprint(P(threshold=0.6), [data]) != base
-    data.write_text("ab\n")
-    assert fingerprint(P(), [data]) != base
-    assert fingerprint(P(), [data], extra=b"weights") != fingerprint(P(), [data])
 
 
 def test_invalid_executor_is_named():
