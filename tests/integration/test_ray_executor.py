@@ -17,6 +17,7 @@ from stages import clean, perplexity, semantic_filter
 from stages.common.runtime.atomic import SUCCESS_MARKER, is_complete
 from stages.common.runtime.executor import WorkDir, init_ray, map_shards
 from stages.common.runtime.parquet import read_table
+from stages.common.text import filters
 from tests.conftest import sh
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 from tests.stages.test_clean import corpus as clean_corpus
@@ -64,15 +65,15 @@ def test_clean_rerun_after_a_failure_redoes_only_unfinished_shards(tmp_path, mon
     reference = clean_params(tmp_path / "reference", raw, num_workers=1, batch_size=2)
     clean.run(reference)
     params = clean_params(tmp_path / "run", raw, batch_size=2, executor="ray")
-    read_shard, reads = clean.read_shard, []
+    read_results, reads = filters.read_results, []
 
-    def driver_dies(path, num_perm):
-        reads.append(path)
+    def driver_dies(folder):
+        reads.append(folder)
         if len(reads) > 2:
             raise KeyboardInterrupt("driver killed")
-        return read_shard(path, num_perm)
+        return read_results(folder)
 
-    monkeypatch.setattr(clean, "read_shard", driver_dies)
+    monkeypatch.setattr(filters, "read_results", driver_dies)
     with pytest.raises(KeyboardInterrupt):
         clean.run(params)
     monkeypatch.undo()

@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stages import clean
+from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import QUARANTINE_SCHEMA, ShardWriter, read_table
+from stages.common.text.filters import Dropped
 from stages.common.text.readers import InputError
-from tests.conftest import load_bench, write_jsonl
+from tests.conftest import ROOT, load_bench, write_jsonl
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
       "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.")
@@ -51,10 +53,10 @@ EXPECTED_REASONS = {
 
 
 def make_params(tmp_path: Path, input_dir: Path, **overrides) -> clean.Params:
-    return dataclasses.replace(clean.Params(), input=str(input_dir), out_dir=str(tmp_path / "out"),
-                               metrics_path=str(tmp_path / "metrics" / "clean.json"),
-                               reasons_plot_path=str(tmp_path / "metrics" / "reasons.csv"),
-                               work_dir=str(tmp_path / "work"), **overrides)
+    return clean.Params(input=str(input_dir), out_dir=str(tmp_path / "out"),
+                        metrics_path=str(tmp_path / "metrics" / "clean.json"),
+                        reasons_plot_path=str(tmp_path / "metrics" / "reasons.csv"),
+                        work_dir=str(tmp_path / "work"), **overrides)
 
 
 def outputs(params: clean.Params) -> tuple[list[dict], list[dict]]:
@@ -104,7 +106,7 @@ def test_failed_run_publishes_nothing(tmp_path, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(clean.ShardWriter, "close", explode)
+    monkeypatch.setattr(ShardWriter, "close", explode)
     with pytest.raises(RuntimeError, match="disk full"):
         clean.run(dataclasses.replace(params, languages=("de",)))
     assert outputs(params) == before
@@ -112,7 +114,7 @@ def test_failed_run_publishes_nothing(tmp_path, monkeypatch):
 
 def test_invalid_params_are_named():
     with pytest.raises(ValueError, match="min_lang_prob"):
-        clean.Params(min_lang_prob=2.0)
+        make_params(Path("tmp"), Path("raw"), min_lang_prob=2.0)
 
 
 GOOD = st.sampled_from([EN, EN2, ZH, DE, PAGE])
@@ -139,7 +141,8 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
 def test_devset_floors(tmp_path, devset_dir):
     """Issue #2's quality floors on the team's labelled devset (the benchmark reports the same figures)."""
     bench = load_bench("clean")
-    _, outcome = bench.run_clean(clean.Params(), devset_dir / "devset.jsonl", workers=2)
+    params = load_section("clean", clean.Params, ROOT / "params.yaml")
+    _, outcome = bench.run_clean(params, devset_dir / "devset.jsonl", workers=2)
     s = bench.score(bench.devset_labels(devset_dir / "devset.jsonl"), outcome, {"prose", "fortune", "manpage", "html"})
     assert s["langid_accuracy_zh"] >= 0.98 and s["langid_accuracy_en"] >= 0.98
     assert s["others_kept_as_zh_en_rate"] < 0.01
@@ -223,7 +226,7 @@ def test_empty_input_is_an_error_unless_allowed(tmp_path):
 def test_shard_writer_flushes_large_rows_early(tmp_path):
     writer = ShardWriter(tmp_path / "q", QUARANTINE_SCHEMA, rows_per_shard=100, chars_per_group=1000)
     for i in range(10):
-        writer.write(clean.quarantine_row(f"d{i}", "invalid:oversized", "f.jsonl", i, "x" * 400))
+        writer.write(Dropped(f"d{i}", "invalid:oversized", "f.jsonl", "x" * 400, index=i).row("clean"))
     writer.close()
     assert pq.ParquetFile(tmp_path / "q" / "part-00000.parquet").metadata.num_row_groups == 4  # 3 rows a group
     assert [r["id"] for r in read_table(tmp_path / "q").to_pylist()] == [f"d{i}" for i in range(10)]

@@ -48,18 +48,19 @@ def pipeline(tmp_path: Path):
             {"id": "en-ad", "text": EN_ADS[1].format(n=42, p=199, z=3)},
             {"id": "en-article", "text": EN_ARTICLES[0].format(n=12)}]
     write_jsonl(tmp_path / "raw" / "docs.jsonl", docs)
-    c = dataclasses.replace(clean.Params(), input=str(tmp_path / "raw"), out_dir=str(tmp_path / "clean"),
-                            metrics_path=str(tmp_path / "m" / "clean.json"),
-                            reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), work_dir=str(tmp_path / "w"),
-                            num_workers=1)
+    c = clean.Params(input=str(tmp_path / "raw"), out_dir=str(tmp_path / "clean"),
+                     metrics_path=str(tmp_path / "m" / "clean.json"),
+                     reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), work_dir=str(tmp_path / "w"),
+                     num_workers=1)
     e = semantic_embed.Params(labels_path=str(labels), docs_dir=str(tmp_path / "clean" / "docs"),
                               out_dir=str(tmp_path / "emb"), metrics_path=str(tmp_path / "m" / "embed.json"),
-                              backend="torch", quantize=False, num_threads=1)
+                              backend="torch", quantize=False, onnx_cache_dir="", max_length=128, num_threads=1)
     h = semantic_head.Params(embeddings_dir=e.out_dir, out_dir=str(tmp_path / "head"),
-                             metrics_path=str(tmp_path / "m" / "head.json"), min_labels_per_class=5, max_iter=50)
+                             metrics_path=str(tmp_path / "m" / "head.json"), min_labels_per_class=5, max_iter=50,
+                             l2={"*": 1e-4})
     f = semantic_filter.Params(docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
                                out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m" / "filter.json"),
-                               work_dir=str(tmp_path / "wf"))
+                               work_dir=str(tmp_path / "wf"), target_precision=None)
     clean.run(c)
     semantic_embed.run(e)
     semantic_head.run(h)
@@ -76,6 +77,11 @@ def test_chinese_and_english_ads_dropped_articles_kept(pipeline):
     assert all(r["score"] < metrics[f"threshold.{r['lang']}"] for r in dropped.values())
     assert json.loads(dropped["zh-ad"]["record"])["text"].startswith("限时特价")
     assert metrics["num_read"] == 4 == metrics["num_kept"] + metrics["num_quarantined"]
+    assert metrics["dropped.semantic:ad"] == 2 and metrics["kept.zh"] == metrics["kept.en"] == 1
+    assert all(r["stage"] == "semantic_filter" and r["index"] is None and r["dup_of"] is None for r in dropped.values())
+    assert json.loads(dropped["en-ad"]["record"]) == next(
+        r for r in read_table(Path(pipeline.docs_dir)).to_pylist() if r["id"] == "en-ad")  # the clean row as read
+    assert not Path(pipeline.work_dir).exists()
     assert metrics["val.zh.accuracy"] >= 0.9 and metrics["val.en.accuracy"] >= 0.9
 
 
@@ -88,9 +94,9 @@ def test_threshold_change_needs_only_the_filter_stage(pipeline):
 def test_embeddings_out_of_step_are_refused(pipeline, tmp_path):
     other = tmp_path / "other_docs"
     write_jsonl(tmp_path / "raw2" / "d.jsonl", [{"id": "x", "text": EN_ARTICLES[1].format(n=5)}])
-    clean.run(dataclasses.replace(clean.Params(), input=str(tmp_path / "raw2"), out_dir=str(other),
-                                  metrics_path=str(tmp_path / "m2.json"), reasons_plot_path=str(tmp_path / "r2.csv"),
-                                  work_dir=str(tmp_path / "w2"), num_workers=1))
+    clean.run(clean.Params(input=str(tmp_path / "raw2"), out_dir=str(other),
+                           metrics_path=str(tmp_path / "m2.json"), reasons_plot_path=str(tmp_path / "r2.csv"),
+                           work_dir=str(tmp_path / "w2"), num_workers=1))
     with pytest.raises(RuntimeError, match="out of step"):
         semantic_filter.run(dataclasses.replace(pipeline, docs_dir=str(other / "docs")))
 
@@ -159,7 +165,7 @@ def test_each_distinct_text_is_encoded_once():
                                          ({"*": "strong"}, "semantic_head.l2.\\*' must be a number")])
 def test_head_l2_param_is_checked(l2, message):
     with pytest.raises(ValueError, match=message):
-        semantic_head.Params(l2=l2)
+        semantic_head.Params(embeddings_dir="emb", out_dir="head", metrics_path="head.json", l2=l2)
 
 
 def test_head_l2_is_per_language(pipeline):

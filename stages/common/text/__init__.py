@@ -1,3 +1,3 @@
-"""Text curation: readers for raw corpora, normalisation, language ID, quality rules and exact / near dedup.
-Imports `stages.common.runtime` only.
+"""Text curation: readers for raw corpora, normalisation, language ID, quality rules, exact / near dedup, and
+`filters`, the base of the filter stages (clean, semantic_filter). Imports `stages.common.runtime` only.
 """

@@ -136,9 +136,16 @@ def test_time_budget_interrupts_a_regex_and_can_be_switched_off():
         time.sleep(0.01)
 
 
+def test_time_budget_counts_cpu_time_not_waiting():
+    """A busy machine (the worker waiting for a core) must not change which records are kept."""
+    with clean.time_budget(0.05):
+        time.sleep(0.3)
+
+
 def test_time_budget_param_is_checked():
     with pytest.raises(ValueError, match="clean.record_time_budget_s"):
-        clean.Params(record_time_budget_s=-1.0)
+        clean.Params(input="raw", out_dir="out", metrics_path="m.json", reasons_plot_path="r.csv", work_dir="work",
+                     record_time_budget_s=-1.0)
 
 
 @pytest.mark.parametrize("unit", ["<div>", "<ul><li>", "<section><p>", "<html><body>"])
