@@ -71,9 +71,9 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
         for line in (DEVSET / name).open(encoding="utf-8"):
             row = json.loads(line)
             truth[row["id"]] = row
-    c = dataclasses.replace(clean.Params(), input=str(raw), out_dir=str(tmp / "dev_clean"),
-                            metrics_path=str(tmp / "dev_clean.json"), reasons_plot_path=str(tmp / "dev_r.csv"),
-                            work_dir=str(tmp / "dev_clean_work"))
+    c = clean.Params(input=str(raw), out_dir=str(tmp / "dev_clean"),
+                     metrics_path=str(tmp / "dev_clean.json"), reasons_plot_path=str(tmp / "dev_r.csv"),
+                     work_dir=str(tmp / "dev_clean_work"))
     clean.run(c)
     docs = read_table(tmp / "dev_clean" / "docs", ["id", "text", "lang"]).to_pydict()
     encoder = Encoder(embed.encoder, embed.max_length, embed.batch_size, resolve_workers(embed.num_threads),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,8 @@ from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, TokenShardW
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
-from stages.common.runtime.executor import WorkDir, check_executor, fingerprint, map_shards
+from stages.common.runtime.digest import fingerprint
+from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import ShardWriter, iter_rows, read_table
 from stages.common.training.fit import fit
@@ -99,18 +101,19 @@ class ReferenceParams:
             raise ValueError("params 'perplexity.reference.checkpoint' and '.input_dir' exclude each other")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
 class Params:
-    input_dir: str = "data/clean/docs"  # Parquet docs: id, text, lang (+ quality_score when present)
-    tokenizer_dir: str = "models/tokenizer"
-    out_dir: str = "data/perplexity"
-    model_dir: str = "models/reference_lm"
-    metrics_path: str = "metrics/perplexity.json"
-    plot_path: str = "metrics/perplexity_hist.csv"
+    input_dir: str  # Parquet docs: id, text, lang (+ quality_score when present)
+    tokenizer_dir: str
+    out_dir: str
+    model_dir: str
+    metrics_path: str
+    plot_path: str
     seed: int = param(0, min=0)
     device: str = param("auto", choices=("auto", "cpu", "cuda"))  # auto: cuda when available
     precision: str = param("auto", choices=PRECISIONS)  # auto (bf16 where native) | fp32 | bf16
-    num_threads: int = param(0, min=0)  # torch CPU threads; 0 = torch's default (all cores)
+    # placement=True (here and the executor params below): where the work runs, not what it computes
+    num_threads: int = param(0, min=0, placement=True)  # torch CPU threads; 0 = torch's default (all cores)
     val_fraction: float = param(0.02, min=0.0, lt=1.0)  # documents held out (hash of id) for validation
     percentiles: tuple[float, ...] = param((33.3, 66.7), gt=0.0, lt=100.0)  # cutoffs easy|medium and medium|hard
     min_docs_per_lang: int = param(100, min=0)  # fewer: the language gets the pooled cutoffs
@@ -119,10 +122,11 @@ class Params:
     score_batch_tokens: int = param(8192, min=1)
     read_batch_docs: int = param(2048, min=1)  # documents per tokenize/score/write batch (bounds memory)
     rows_per_shard: int = param(100_000, min=1)
-    executor: str = "local"  # scoring: local (in this process, num_threads) | ray (one CPU per task)
-    address: str = ""  # ray only: "auto" joins a running cluster, "" starts a local one
-    num_workers: int = param(0, min=0)  # ray only: CPUs of the local cluster it starts; 0 = all cores
-    work_dir: str = "data/work/perplexity"  # per-shard scores and completion markers, until the stage succeeds
+    # scoring: local (in this process, num_threads) | ray (one CPU per task)
+    executor: str = param("local", placement=True)
+    address: str = param("", placement=True)  # ray only: "auto" joins a running cluster, "" starts a local one
+    num_workers: int = param(0, min=0, placement=True)  # ray only: CPUs of the local cluster it starts; 0 = all cores
+    work_dir: str  # per-shard scores and completion markers, until the stage succeeds
     reference: ReferenceParams = field(default_factory=ReferenceParams)
 
     def __post_init__(self) -> None:
@@ -276,8 +280,8 @@ def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int
     nll_sum, num_scored = np.zeros(num_docs), np.zeros(num_docs, dtype=np.int64)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     digest = b"".join(t.numpy().tobytes() for _, t in sorted(state.items()))
-    work = WorkDir(params.work_dir, fingerprint(params, sorted(Path(params.input_dir).glob("part-*.parquet")),
-                                                model.config.to_json().encode() + digest))
+    inputs = [*sorted(Path(params.input_dir).glob("part-*.parquet")), model.config.to_json().encode() + digest]
+    work = WorkDir(params.work_dir, fingerprint(params, inputs, sys.modules[__name__]))
     ray_device = "cpu" if params.executor == "ray" else str(device)  # Ray tasks hold a CPU, no GPU
     initargs = (model.config.to_json(), state, eos_id, params.max_score_tokens, params.score_batch_tokens, precision,
                 ray_device)

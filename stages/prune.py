@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 import shutil
 import sys
@@ -36,12 +37,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common.compress import pruning
-from stages.common.compress.distill import DistillParams, finetune, run_fingerprint
+from stages.common.compress.distill import DistillParams, finetune
 from stages.common.compress.pruning import METHODS, Keep, importance, prune, select, units_to_keep
 from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
 from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
-from stages.common.lm.token_shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.lm.token_shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers, read_manifest
+from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_precision, seed_everything
@@ -55,20 +56,23 @@ STAGE = "prune"
 
 @dataclass(frozen=True)
 class Params:
-    teacher_dir: str = "models/train"  # the trained FP32 model (model.safetensors): the train stage's model_dir
-    tokens_dir: str = "data/perplexity/tokens"  # {train,val}/{easy,medium,hard} token shards
-    out_dir: str = "models/pruned"
-    metrics_path: str = "metrics/prune.json"
-    checkpoint_dir: str = "models/prune_checkpoints"  # step_<i>/step_<n>/: each step's distillation checkpoints
+    # placement=True: does not change the pruned weights, so checkpoints written under other values resume
+    # (the inputs count by content: the teacher's digest, the token shards' manifest)
+    teacher_dir: str = param(placement=True)  # the trained FP32 model (model.safetensors): the train stage's model_dir
+    tokens_dir: str = param(placement=True)  # {train,val}/{easy,medium,hard} token shards
+    out_dir: str = param(placement=True)
+    metrics_path: str = param(placement=True)
+    checkpoint_dir: str = param(placement=True)  # step_<i>/step_<n>/: each step's distillation checkpoints
     seed: int = param(0, min=0)
-    device: str = param("auto", choices=("auto", "cpu", "cuda"))  # auto: cuda when available
+    device: str = param("auto", choices=("auto", "cpu", "cuda"), placement=True)  # auto: cuda when available
     # distillation autocast: auto | fp32 | bf16 (evaluation is always fp32)
     precision: str = param("auto", choices=PRECISIONS)
-    num_threads: int = param(0, min=0)  # torch CPU threads per process; 0 = cores / processes
-    nproc_per_node: int = param(1, min=1)  # data-parallel processes torchrun starts (the student replicated by DDP)
+    num_threads: int = param(0, min=0, placement=True)  # torch CPU threads per process; 0 = cores / processes
+    # data-parallel processes torchrun starts (the student replicated by DDP)
+    nproc_per_node: int = param(2, min=1, placement=True)
     # torchrun restarts the workers after a failure; they resume from the last checkpoint
-    max_restarts: int = param(2, min=0)
-    progress_bar: bool = True
+    max_restarts: int = param(2, min=0, placement=True)
+    progress_bar: bool = param(True, placement=True)
     # magnitude | activation | gradient (each combined with weight magnitude)
     method: str = param("activation", choices=METHODS)
     calibration_batches: int = param(8, min=1)  # training windows (batch_size x max_seq_len) used to score units
@@ -76,9 +80,9 @@ class Params:
     mlp_schedule: tuple[float, ...] = param((0.25, 0.5, 0.5), min=0.0, lt=1.0)
     head_schedule: tuple[float, ...] = param((0.0, 0.0, 0.25), min=0.0, lt=1.0)
     channel_multiple: int = param(16, min=1)  # kept MLP widths are multiples of this
-    val_batches: int = param(0, min=0)  # validation batches per tier (0 = every window)
-    distill: DistillParams = field(default_factory=DistillParams)
-    checkpoint: CheckpointParams = field(default_factory=lambda: CheckpointParams(every=20))
+    val_batches: int = param(0, min=0, placement=True)  # validation batches per tier (0 = every window)
+    distill: DistillParams = field(default_factory=lambda: DistillParams(steps=60))
+    checkpoint: CheckpointParams = param(default_factory=lambda: CheckpointParams(every=20), placement=True)
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
@@ -103,14 +107,11 @@ def val_perplexity(model: Transformer, tokens_dir: str, batch_size: int, max_bat
                            model.config.max_seq_len, batch_size, max_batches)
 
 
-# Params that do not change the pruned weights: checkpoints written under other values still resume.
-NOT_FINGERPRINTED = {"teacher_dir", "tokens_dir", "out_dir", "metrics_path", "checkpoint_dir", "device", "num_threads",
-                     "nproc_per_node", "max_restarts", "progress_bar", "val_batches", "checkpoint"}
-
-
 def fingerprint(params: Params, teacher_file: Path) -> str:
-    """The run's identity: the shaping params, the teacher's and the token shards' contents, the code."""
-    return run_fingerprint(params, NOT_FINGERPRINTED, teacher_file, params.tokens_dir, (sys.modules[__name__], pruning))
+    """The run's identity (stages.common.runtime.digest): the params but the placement-only ones, the
+    teacher's and the token shards' contents, the code this stage imports."""
+    manifest = json.dumps(read_manifest(params.tokens_dir), sort_keys=True).encode()
+    return digest.fingerprint(params, [digest.file_digest(teacher_file).encode(), manifest], sys.modules[__name__])
 
 
 def _broadcast_keep(keep: Keep) -> Keep:

@@ -25,6 +25,7 @@ Outputs (rank 0; each model = a normal checkpoint + its frozen quantizer state):
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import sys
 import time
@@ -36,13 +37,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common.compress import deployable, onnx_runtime, quant
 from stages.common.compress.deployable import DeployLM
-from stages.common.compress.distill import DistillOptim, DistillParams, finetune, run_fingerprint
+from stages.common.compress.distill import DistillOptim, DistillParams, finetune
 from stages.common.compress.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
 from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
 from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from stages.common.lm.token_shards import TierMix, TierRatios, TierSampler, open_tiers
+from stages.common.lm.token_shards import TierMix, TierRatios, TierSampler, open_tiers, read_manifest
+from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import seed_everything
@@ -63,24 +64,27 @@ def _qat_distill() -> DistillParams:
 
 @dataclass(frozen=True)
 class Params:
-    model_dir: str = "models/pruned"  # the FP32 model to quantize (model.safetensors); also the teacher
-    tokens_dir: str = "data/perplexity/tokens"
-    out_dir: str = "models/qat"
-    metrics_path: str = "metrics/qat.json"
-    checkpoint_dir: str = "models/qat_checkpoints"  # step_<n>/: the QAT fine-tune's checkpoints
+    # placement=True: does not change the QAT weights, so checkpoints written under other values resume
+    # (the inputs count by content: the model's digest, the token shards' manifest)
+    model_dir: str = param(placement=True)  # the FP32 model to quantize (model.safetensors); also the teacher
+    tokens_dir: str = param(placement=True)
+    out_dir: str = param(placement=True)
+    metrics_path: str = param(placement=True)
+    checkpoint_dir: str = param(placement=True)  # step_<n>/: the QAT fine-tune's checkpoints
     seed: int = param(0, min=0)
     # torch CPU threads per process; 0 = cores / processes (QAT runs on CPU in fp32)
-    num_threads: int = param(0, min=0)
-    nproc_per_node: int = param(1, min=1)  # data-parallel processes torchrun starts (the student replicated by DDP)
+    num_threads: int = param(0, min=0, placement=True)
+    # data-parallel processes torchrun starts (the student replicated by DDP)
+    nproc_per_node: int = param(2, min=1, placement=True)
     # torchrun restarts the workers after a failure; they resume from the last checkpoint
-    max_restarts: int = param(2, min=0)
-    progress_bar: bool = True
+    max_restarts: int = param(2, min=0, placement=True)
+    progress_bar: bool = param(True, placement=True)
     # training windows (distill.batch_size x max_seq_len) seen by the observers
     calibration_batches: int = param(8, min=1)
-    val_batches: int = param(0, min=0)  # validation batches per tier (0 = every window)
+    val_batches: int = param(0, min=0, placement=True)  # validation batches per tier (0 = every window)
     scheme: QuantScheme = field(default_factory=QuantScheme)
     distill: DistillParams = field(default_factory=_qat_distill)
-    checkpoint: CheckpointParams = field(default_factory=lambda: CheckpointParams(every=20))
+    checkpoint: CheckpointParams = param(default_factory=lambda: CheckpointParams(every=20), placement=True)
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
@@ -100,15 +104,11 @@ def calibrate(model: DeployLM, batches: list[torch.Tensor]) -> None:
     freeze(model)
 
 
-# Params that do not change the QAT weights: checkpoints written under other values still resume.
-NOT_FINGERPRINTED = {"model_dir", "tokens_dir", "out_dir", "metrics_path", "checkpoint_dir", "num_threads",
-                     "nproc_per_node", "max_restarts", "progress_bar", "val_batches", "checkpoint"}
-
-
 def fingerprint(params: Params, model_file: Path) -> str:
-    """The run's identity: the shaping params, the FP32 model's and the token shards' contents, the code."""
-    return run_fingerprint(params, NOT_FINGERPRINTED, model_file, params.tokens_dir,
-                           (sys.modules[__name__], deployable, onnx_runtime, quant))
+    """The run's identity (stages.common.runtime.digest): the params but the placement-only ones, the
+    FP32 model's and the token shards' contents, the code this stage imports."""
+    manifest = json.dumps(read_manifest(params.tokens_dir), sort_keys=True).encode()
+    return digest.fingerprint(params, [digest.file_digest(model_file).encode(), manifest], sys.modules[__name__])
 
 
 def run(params: Params) -> dict[str, Any] | None:

@@ -37,17 +37,17 @@ log = logging.getLogger("refinery.semantic_embed")
 STAGE = "semantic_embed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
 class Params:
-    labels_path: str = "data/labels/demo.jsonl"  # JSONL: text, label (keep|drop), optional category, lang, id
-    docs_dir: str = "data/clean/docs"
-    out_dir: str = "data/semantic/embeddings"
-    metrics_path: str = "metrics/semantic_embed.json"
+    labels_path: str  # JSONL: text, label (keep|drop), optional category, lang, id
+    docs_dir: str
+    out_dir: str
+    metrics_path: str
     encoder: str = DEFAULT_ENCODER  # or a local BERT-family model folder / cached hub id
-    backend: str = param("torch", choices=("torch", "onnx"))  # onnx: exported at start; `quantize` makes it int8
-    quantize: bool = False
-    onnx_cache_dir: str = "~/.cache/refinery/onnx"  # the exported encoder, reused across runs; "" = export every run
-    max_length: int = param(128, min=8)  # tokens per document seen by the encoder
+    backend: str = param("onnx", choices=("torch", "onnx"))  # onnx: exported at start; `quantize` makes it int8
+    quantize: bool = True
+    onnx_cache_dir: str  # the exported encoder, reused across runs; "" = export every run
+    max_length: int = param(64, min=8)  # tokens per document seen by the encoder
     batch_size: int = param(64, min=1)
     num_threads: int = param(0, min=0)  # 0 = all cores
     embed_languages: tuple[str, ...] = param(("en",), choices=LANGUAGES)

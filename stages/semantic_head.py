@@ -37,17 +37,17 @@ POOLED = "*"
 
 @dataclass(frozen=True)
 class Params:
-    embeddings_dir: str = "data/semantic/embeddings"
-    out_dir: str = "models/semantic_head"
-    metrics_path: str = "metrics/semantic_head.json"
+    embeddings_dir: str
+    out_dir: str
+    metrics_path: str
     seed: int = param(0, min=0)
     val_fraction: float = param(0.2, gt=0.0, lt=1.0)
     min_labels_per_class: int = param(20, min=1)  # a language with fewer examples of keep or drop uses the pooled head
     # L2 penalty on a head's weights, per head (language code; "*" for the pooled head and every language
     # not named). The English head reads MiniLM embeddings that carry across genres; a strong penalty keeps it
     # from leaning on the demo's templated n-grams. Other languages have only n-grams to go on.
-    l2: dict[str, float] = field(default_factory=lambda: {POOLED: 1e-4})
-    max_iter: int = param(200, min=1)  # L-BFGS iterations
+    l2: dict[str, float] = field(default_factory=lambda: {POOLED: 1e-4, "en": 1e-2})
+    max_iter: int = param(100, min=1)  # L-BFGS iterations
     ngrams: NgramParams = field(default_factory=NgramParams)
 
     def __post_init__(self) -> None:

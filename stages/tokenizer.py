@@ -31,9 +31,9 @@ NUM_EVAL_DOCS_PER_LANG = 1000
 
 @dataclass(frozen=True)
 class Params:
-    input_dir: str = "data/clean/docs"  # Parquet docs (id, text, lang, ...)
-    out_dir: str = "models/tokenizer"
-    metrics_path: str = "metrics/tokenizer.json"
+    input_dir: str  # Parquet docs (id, text, lang, ...)
+    out_dir: str
+    metrics_path: str
     vocab_size: int = 4096
     min_frequency: int = param(2, min=0)  # a pair seen fewer times is never merged
     eos_token: str = param("<|endoftext|>", nonempty=True)  # ends every document (and so starts the next); id 0

@@ -20,7 +20,7 @@ are cleared rather than resumed.
 """
 from __future__ import annotations
 
-import dataclasses
+import json
 import logging
 import math
 import statistics
@@ -32,19 +32,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from stages.common.lm import model as model_module
-from stages.common.lm import token_shards as shards_module
 from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
 from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, open_tiers, read_manifest
-from stages.common.runtime import device as device_module
+from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import resolve_precision, seed_everything
 from stages.common.runtime.params import param, validate
 from stages.common.training import checkpoint
-from stages.common.training import optim as optim_module
-from stages.common.training import parallel as parallel_module
-from stages.common.training import trainer as trainer_module
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import (
@@ -60,10 +55,6 @@ from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, Trai
 log = logging.getLogger("refinery.train")
 STAGE = "train"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-# Params that do not change the trained weights: a checkpoint written under other values still resumes.
-NOT_FINGERPRINTED = {"model_dir", "checkpoint_dir", "metrics_path", "steps_path", "val_path", "device", "num_threads",
-                     "nproc_per_node", "max_restarts", "checkpoint", "eval", "log_every", "progress_bar", "peak_flops",
-                     "max_bad_steps"}
 
 
 @dataclass(frozen=True)
@@ -74,35 +65,36 @@ class EvalParams:
 
 @dataclass(frozen=True)
 class Params:
-    tokens_dir: str = "data/perplexity/tokens"  # {train,val}/{easy,medium,hard} shards + manifest.json
-    model_dir: str = "models/train"
-    checkpoint_dir: str = "models/train_checkpoints"
-    metrics_path: str = "metrics/train.json"
-    steps_path: str = "metrics/train_steps.csv"
-    val_path: str = "metrics/train_val.csv"
+    # placement=True: does not change the trained weights, so a checkpoint written under other values resumes
+    tokens_dir: str  # {train,val}/{easy,medium,hard} shards + manifest.json
+    model_dir: str = param(placement=True)
+    checkpoint_dir: str = param(placement=True)
+    metrics_path: str = param(placement=True)
+    steps_path: str = param(placement=True)
+    val_path: str = param(placement=True)
     seed: int = param(0, min=0)
     preset: str = param("cpu_small", choices=PRESETS)
     seq_len: int = param(0, min=0)  # 0 = the preset's max_seq_len
-    max_steps: int = param(500, min=1)
+    max_steps: int = param(400, min=1)
     micro_batch_size: int = param(8, min=1)  # sequences per forward pass per data-parallel rank
     # micro-batches per optimizer step (pipeline micro-batches under PP)
-    gradient_accumulation_steps: int = param(2, min=1)
-    precision: str = param("fp32", choices=PRECISIONS)
-    device: str = param("auto", choices=("auto", "cpu", "cuda"))
-    num_threads: int = param(0, min=0)
-    nproc_per_node: int = param(0, min=0)
-    max_restarts: int = param(2, min=0)
-    progress_bar: bool = True
-    log_every: int = param(10, min=1)
-    max_bad_steps: int = param(5, min=1)
-    peak_flops: float = param(0.0, min=0.0)
-    parallel: ParallelParams = field(default_factory=ParallelParams)
-    optim: OptimParams = field(default_factory=OptimParams)
+    gradient_accumulation_steps: int = param(1, min=1)
+    precision: str = param("auto", choices=PRECISIONS)
+    device: str = param("auto", choices=("auto", "cpu", "cuda"), placement=True)
+    num_threads: int = param(0, min=0, placement=True)
+    nproc_per_node: int = param(0, min=0, placement=True)
+    max_restarts: int = param(2, min=0, placement=True)
+    progress_bar: bool = param(True, placement=True)
+    log_every: int = param(10, min=1, placement=True)
+    max_bad_steps: int = param(5, min=1, placement=True)
+    peak_flops: float = param(0.0, min=0.0, placement=True)
+    parallel: ParallelParams = field(default_factory=lambda: ParallelParams(data_parallel_size=2))
+    optim: OptimParams = field(default_factory=lambda: OptimParams(lr=1e-3, warmup_steps=40))
     dynamic_clip: DynamicClip = field(default_factory=DynamicClip)
     freeze: Freeze = field(default_factory=Freeze)
     tier_mix: TierMix = field(default_factory=TierMix)
-    checkpoint: CheckpointParams = field(default_factory=CheckpointParams)
-    eval: EvalParams = field(default_factory=EvalParams)
+    checkpoint: CheckpointParams = param(default_factory=CheckpointParams, placement=True)
+    eval: EvalParams = param(default_factory=EvalParams, placement=True)
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
@@ -116,14 +108,9 @@ class Params:
 
 
 def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
-    """Digest of everything that shapes the trained weights: the params (but paths, devices, cadence),
-    the token shards' manifest and the training code itself."""
-    shaping = {k: v for k, v in dataclasses.asdict(params).items() if k not in NOT_FINGERPRINTED}
-    shaping["parallel"] = {k: v for k, v in shaping["parallel"].items()
-                           if k not in ("compile", "activation_checkpointing")}
-    return checkpoint.fingerprint({"params": shaping, "data": manifest},
-                                  (sys.modules[__name__], trainer_module, parallel_module, checkpoint, model_module,
-                                   shards_module, device_module, optim_module))
+    """The run's identity (stages.common.runtime.digest): the params but the placement-only ones, the token
+    shards' manifest and the code this stage imports."""
+    return digest.fingerprint(params, [json.dumps(manifest, sort_keys=True).encode()], sys.modules[__name__])
 
 
 # ---- one worker --------------------------------------------------------------------------------------

@@ -5,12 +5,13 @@ import ast
 import dataclasses
 import importlib
 import re
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from stages.common.runtime.params import from_dict
+from stages.common.runtime.params import from_dict, load_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
@@ -36,11 +37,21 @@ def stage_module_name(stage: str) -> str:
     return match.group(1)
 
 
+def module_file(module: str) -> Path | None:
+    """The source file of a `stages.*` module: `a/b.py`, or `a/b/__init__.py` for a stage that is a package
+    (the `__init__` files of the shared layers under stages/common are not listed)."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    if path.is_file():
+        return path
+    init = ROOT / module.replace(".", "/") / "__init__.py"
+    return init if init.is_file() and not module.startswith("stages.common") else None
+
+
 def local_imports(module: str, seen: set[str] | None = None) -> set[str]:
     """Files of the `stages.*` modules that `module` imports, transitively."""
     seen = set() if seen is None else seen
-    path = ROOT / (module.replace(".", "/") + ".py")
-    if module in seen or not path.is_file():
+    path = module_file(module)
+    if module in seen or path is None:
         return set()
     seen.add(module)
     files = {str(path.relative_to(ROOT))}
@@ -59,8 +70,26 @@ def local_imports(module: str, seen: set[str] | None = None) -> set[str]:
 def test_code_deps_match_imports(stage):
     module = stage_module_name(stage)
     deps = {resolve(d) for d in DVC["stages"][stage]["deps"]}
-    code = {d for d in deps if d.startswith("stages/")}
-    assert code == local_imports(module), f"{stage}: deps must list exactly the stage's own code"
+    code = {d for d in deps if d.startswith("stages/") and d.endswith(".py")}
+    expected = local_imports(module) | local_imports(f"{module}.__main__")  # a package runs its __main__ too
+    assert code == expected, f"{stage}: deps must list exactly the stage's own code"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_data_files_of_a_stage_package_are_deps(stage):
+    """A stage that is a package reads data files beside its code (word lists, templates): each is a dep,
+    itself or through a folder above it, so DVC reruns the stage when one changes."""
+    package = ROOT / stage_module_name(stage).replace(".", "/")
+    folders = [Path(resolve(d)) for d in DVC["stages"][stage]["deps"]
+               if d.startswith("stages/") and not d.endswith(".py")]
+    assert all((ROOT / f).exists() for f in folders), f"{stage}: a dep under stages/ does not exist"
+    if not package.is_dir():
+        return
+    data = [p.relative_to(ROOT) for p in package.rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert data, f"{stage}: a stage package without data files should be a module"
+    uncovered = [str(f) for f in data if not any(f == d or d in f.parents for d in folders)]
+    assert not uncovered, f"{stage}: data files not in deps: {uncovered}"
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -71,13 +100,57 @@ def test_params_section_matches_dataclass(stage):
     from_dict(params_cls, PARAMS[stage])  # unknown keys or wrong types raise
 
     def check_all_keys_present(cls, data, prefix):
+        hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             assert f.name in data, f"params.yaml lacks {prefix}{f.name} (keep every knob visible and commented)"
-            if dataclasses.is_dataclass(f.type) or (isinstance(f.default_factory, type)
-                                                     and dataclasses.is_dataclass(f.default_factory)):
-                check_all_keys_present(f.default_factory, data[f.name], f"{prefix}{f.name}.")
+            if dataclasses.is_dataclass(hints[f.name]):
+                check_all_keys_present(hints[f.name], data[f.name], f"{prefix}{f.name}.")
 
     check_all_keys_present(params_cls, PARAMS[stage], f"{stage}.")
+
+
+def is_path(name: str) -> bool:
+    """A field naming a file or folder."""
+    return name == "input" or name.endswith(("_dir", "_path"))
+
+
+def required_fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
+def differences(code, file, prefix: str) -> list[str]:
+    """Fields (nested ones by their full key) whose values differ between two instances of a dataclass."""
+    out = []
+    for f in dataclasses.fields(code):
+        a, b = getattr(code, f.name), getattr(file, f.name)
+        if dataclasses.is_dataclass(a) and type(a) is type(b):
+            out += differences(a, b, f"{prefix}{f.name}.")
+        elif a != b:
+            out.append(f"{prefix}{f.name}: code default {a!r}, params.yaml {b!r}")
+    return out
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_paths_have_no_default(stage):
+    """A path comes from params.yaml (dvc repro) or from the caller (tests), never from a code default that
+    could point a test at the repo's data."""
+    params_cls = importlib.import_module(stage_module_name(stage)).Params
+    paths = {f.name for f in dataclasses.fields(params_cls) if is_path(f.name)}
+    assert required_fields(params_cls) == paths, f"{stage}: exactly the path fields must be required"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dataclass_defaults_are_the_params_yaml_section(stage):
+    """Tests build Params from the code defaults, `dvc repro` from params.yaml: both must run the same
+    pipeline. A nested dataclass shared by several sections gets each section's values from that section's
+    field default (default_factory)."""
+    params_cls = importlib.import_module(stage_module_name(stage)).Params
+    from_defaults = params_cls(**{name: PARAMS[stage][name] for name in required_fields(params_cls)})
+    from_file = load_section(stage, params_cls, ROOT / "params.yaml")
+    drift = differences(from_defaults, from_file, f"{stage}.")
+    assert not drift, "defaults differ from params.yaml:\n" + "\n".join(drift)
+    assert from_defaults == from_file
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -40,7 +40,7 @@ def test_repro_prune_qat_export_then_nothing_to_do(dvc_repo: Path):
     for stage in ("prune", "qat", "export"):
         assert f"Running stage '{stage}'" in out
     metrics = json.loads((dvc_repo / "metrics" / "export.json").read_text())
-    assert metrics["parity.fp32_max_abs_diff"] < 1e-4 and metrics["floor.half_mlp_step"] == 1
+    assert metrics["parity.fp32_max_abs_diff"] < 1e-4 and metrics["half_mlp.step"] == 1
     for path in ("models/pruned/step_2/model.safetensors", "models/qat/qat/quant.safetensors",
                  "models/export/onnx/model.int8.onnx", "models/export/hf/config.json", "metrics/export.csv"):
         assert (dvc_repo / path).is_file(), path
@@ -51,6 +51,6 @@ def test_repro_prune_qat_export_then_nothing_to_do(dvc_repo: Path):
     assert "Running stage" not in again
 
     shown = json.loads(sh([str(BIN / "dvc"), "metrics", "show", "--json", "metrics/export.json"], dvc_repo))
-    assert shown[""]["data"]["metrics/export.json"]["data"]["floor.half_mlp_step"] == 1
+    assert shown[""]["data"]["metrics/export.json"]["data"]["half_mlp.step"] == 1
     plots = json.loads(sh([str(BIN / "dvc"), "plots", "show", "--json", "metrics/export.csv"], dvc_repo))
     assert plots["data"]["metrics/export.csv"]

@@ -40,8 +40,8 @@ def params_file(tmp_path: Path, tokens: Path, **overrides) -> Path:
         "tokens_dir": str(tokens), "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt"),
         "metrics_path": str(tmp_path / "train.json"), "steps_path": str(tmp_path / "steps.csv"),
         "val_path": str(tmp_path / "val.csv"), "preset": "debug", "max_steps": STEPS, "micro_batch_size": 2,
-        "gradient_accumulation_steps": 4, "num_threads": 1, "progress_bar": False, "max_restarts": 0,
-        "optim": {"lr": 0.01, "warmup_steps": 2}, "checkpoint": {"every": 4, "keep": 2},
+        "gradient_accumulation_steps": 4, "precision": "fp32", "num_threads": 1, "progress_bar": False,
+        "max_restarts": 0, "parallel": {"data_parallel_size": 1}, "optim": {"lr": 0.01, "warmup_steps": 2}, "checkpoint": {"every": 4, "keep": 2},
         "eval": {"every": 4, "windows": 8},
     }
     for key, value in overrides.items():

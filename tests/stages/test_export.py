@@ -15,6 +15,7 @@ from stages.common.compress.pruning import magnitude_importance, select
 from stages.common.compress.pruning import prune as prune_model
 from stages.common.lm.hf import write_hf_folder
 from stages.common.lm.model import Transformer, preset
+from tests.conftest import load_bench
 from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 
@@ -75,8 +76,8 @@ def chain(tmp_path_factory, one_torch_thread):
     inputs = make_inputs(root / "inputs")
     prune.run(tiny_prune_params(inputs, root))
     qat.run(tiny_qat_params(root / "pruned", inputs, root))
-    params = dataclasses.replace(
-        export.Params(), teacher_dir=str(inputs["teacher"]), pruned_dir=str(root / "pruned"),
+    params = export.Params(
+        teacher_dir=str(inputs["teacher"]), pruned_dir=str(root / "pruned"),
         qat_dir=str(root / "qat"), tokenizer_dir=str(inputs["tokenizer"]), tokens_dir=str(inputs["tokens"]),
         out_dir=str(root / "export"), metrics_path=str(root / "export.json"), plot_path=str(root / "export.csv"),
         num_threads=1, latency_runs=2, latency_rounds=1, val_batches=2,
@@ -97,12 +98,60 @@ def test_run_exports_measures_and_reports(chain):
         assert metrics[f"{row}.file_mb"] > 0 and metrics[f"{row}.latency_ms_b1"] > 0, row
         assert 1 < metrics[f"{row}.val_ppl_all"] < 1e4 and metrics[f"{row}.tokens_per_s_b8"] > 0, row
     assert metrics["qat_int8.file_mb"] < metrics["prune_step_2.file_mb"]
-    assert metrics["floor.half_mlp_step"] == 1 and metrics["floor.half_mlp_ppl_ratio"] > 0
+    # measurements only: the ratios between the models, no thresholds or pass/fail flags
+    assert metrics["half_mlp.step"] == 1
+    assert metrics["ratio.int8_file_vs_fp32"] == round(metrics["qat_int8.file_mb"] / metrics["prune_step_2.file_mb"], 4)
+    half_ppl = metrics["prune_step_1.val_ppl_all"] / metrics["trained.val_ppl_all"]
+    assert metrics["ratio.half_mlp_ppl"] == round(half_ppl, 4)
+    assert not [k for k in metrics if "floor" in k or k.endswith("_pass")]
     table = (root / "export.csv").read_text().splitlines()
     assert table[0].startswith("model,precision") and [line.split(",")[0] for line in table[1:]] == rows
     assert json.loads((root / "export.json").read_text()) == metrics
     card = (out / "hf" / "README.md").read_text()
     assert "| qat_int8 | int8 |" in card and "LlamaForCausalLM" in card
+    assert f"file {metrics['ratio.int8_file_vs_fp32']:.2f} of the size" in card and "floor" not in card.lower()
+
+
+def chain_rows(half_step: int = 2, final_step: int = 10) -> dict[str, dict]:
+    """Rows as `run` (or bench/export.py) hands them to `ratios`; the steps listed in string order."""
+    trained = preset("debug", VOCAB)  # MLP width 64, 4 heads
+    half = dataclasses.replace(trained, ffn_dim=32)
+    narrow = dataclasses.replace(trained, ffn_dim=32, num_heads=2, head_size=8)
+
+    def row(mb: float, ms: float, tok: float, ppl: float) -> dict:
+        return {"file_mb": mb, "latency_ms_b1": ms, "tokens_per_s_b8": tok, "val_ppl_all": ppl}
+
+    return {"trained": {**row(4.0, 10.0, 800.0, 20.0), "config": trained},
+            f"prune_step_{final_step}": {**row(2.0, 5.0, 1600.0, 22.0), "config": narrow},
+            f"prune_step_{half_step}": {**row(3.0, 8.0, 1000.0, 21.0), "config": half},
+            "ptq_int8": row(0.5, 2.5, 4000.0, 23.0), "qat_int8": row(0.5, 2.0, 4800.0, 22.44),
+            "ort_dynamic_int8": row(0.6, 1.0, 9000.0, 30.0)}
+
+
+def test_ratios_compare_int8_with_the_final_pruned_model_and_the_half_mlp_step_with_the_trained_one():
+    assert export.ratios(chain_rows()) == {
+        "ratio.int8_file_vs_fp32": 0.25, "ratio.int8_latency_vs_fp32_b1": 0.4,
+        "ratio.int8_throughput_vs_fp32_b8": 3.0, "ratio.int8_ppl_vs_fp32": 1.02, "ratio.qat_ppl_vs_ptq": 0.9757,
+        "half_mlp.step": 2, "ratio.half_mlp_speedup": 1.25, "ratio.half_mlp_throughput_b8": 1.25,
+        "ratio.half_mlp_ppl": 1.05}
+
+
+def test_ratios_without_a_half_mlp_step_leave_its_ratios_out():
+    rows = chain_rows()
+    rows["prune_step_2"]["config"] = rows["prune_step_10"]["config"]  # fewer heads too: not the 50%-MLP model
+    assert not [k for k in export.ratios(rows) if "half_mlp" in k]
+
+
+def test_the_benchmark_judges_the_stage_ratios_against_its_floors():
+    """The thresholds live in bench/export.py only, and name ratios the stage computes."""
+    bench = load_bench("export")
+    ratios = export.ratios(chain_rows())
+    assert set(bench.FLOORS) <= set(ratios)
+    assert all(bench.judge(ratios).values())  # every figure of `chain_rows` sits on or inside its floor
+    worse = {**ratios, "ratio.int8_latency_vs_fp32_b1": 0.41, "ratio.half_mlp_speedup": 1.24,
+             "ratio.qat_ppl_vs_ptq": 1.01}
+    assert {k for k, ok in bench.judge(worse).items() if not ok} == {
+        "ratio.int8_latency_vs_fp32_b1", "ratio.half_mlp_speedup", "ratio.qat_ppl_vs_ptq"}
 
 
 def test_hf_folder_of_the_run_loads_with_auto_classes(chain):

@@ -23,8 +23,8 @@ def corpus(tmp_path_factory, one_torch_thread) -> tuple[Path, Path, list[dict]]:
     root = tmp_path_factory.mktemp("ppl")
     docs = synthetic_docs(NUM_DOCS, seed=2, noisy_share=0.25)
     docs_dir = write_docs(root / "docs", docs, rows_per_shard=100)
-    tokenizer.run(dataclasses.replace(tokenizer.Params(), input_dir=str(docs_dir), out_dir=str(root / "tok"),
-                                      metrics_path=str(root / "tok.json"), vocab_size=400))
+    tokenizer.run(tokenizer.Params(input_dir=str(docs_dir), out_dir=str(root / "tok"),
+                                   metrics_path=str(root / "tok.json"), vocab_size=400))
     return docs_dir, root / "tok", docs
 
 
@@ -38,7 +38,7 @@ def make_params(tmp_path: Path, corpus, name: str = "run", **overrides) -> perpl
                     plot_path=str(tmp_path / name / "hist.csv"), work_dir=str(tmp_path / name / "work"),
                     precision="fp32", val_fraction=0.1,
                     min_docs_per_lang=20, read_batch_docs=64, reference=reference)
-    return dataclasses.replace(perplexity.Params(), **{**settings, **overrides})
+    return perplexity.Params(**{**settings, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -179,14 +179,15 @@ def test_reference_subset_without_scores_is_a_seeded_sample():
 ])
 def test_invalid_params_are_named(overrides, match):
     with pytest.raises(ValueError, match=match):
-        perplexity.Params(**overrides)
+        perplexity.Params(input_dir="docs", tokenizer_dir="tok", out_dir="out", model_dir="model",
+                          metrics_path="metrics.json", plot_path="hist.csv", work_dir="work", **overrides)
 
 
 def test_checkpoint_with_another_vocabulary_is_refused(tmp_path, first_run, corpus):
     params, _ = first_run
     other_tok = tmp_path / "tok"
-    tokenizer.run(dataclasses.replace(tokenizer.Params(), input_dir=params.input_dir, out_dir=str(other_tok),
-                                      metrics_path=str(tmp_path / "t.json"), vocab_size=300))
+    tokenizer.run(tokenizer.Params(input_dir=params.input_dir, out_dir=str(other_tok),
+                                   metrics_path=str(tmp_path / "t.json"), vocab_size=300))
     bad = dataclasses.replace(make_params(tmp_path, corpus, reference={"checkpoint": str(
         Path(params.model_dir) / "model.safetensors")}), tokenizer_dir=str(other_tok))
     with pytest.raises(ValueError, match="vocabulary 400"):

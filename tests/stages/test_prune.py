@@ -1,4 +1,3 @@
-import dataclasses
 import json
 import shutil
 
@@ -127,7 +126,7 @@ def stage_params(inputs, tmp_path, **overrides) -> prune.Params:
                     checkpoint_dir=str(tmp_path / "ckpt"), num_threads=1, progress_bar=False,
                     precision="fp32", calibration_batches=2, mlp_schedule=(0.25, 0.5), head_schedule=(0.0, 0.5),
                     channel_multiple=8, distill=DistillParams(steps=4, batch_size=4))
-    return dataclasses.replace(prune.Params(), **{**settings, **overrides})
+    return prune.Params(**{**settings, **overrides})
 
 
 def test_run_writes_every_step_and_the_final_model(inputs, tmp_path):
@@ -182,4 +181,5 @@ def test_checkpoints_of_another_configuration_are_not_resumed(inputs, tmp_path):
 ])
 def test_invalid_params_name_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
-        dataclasses.replace(prune.Params(), **overrides)
+        prune.Params(teacher_dir="teacher", tokens_dir="tokens", out_dir="pruned", metrics_path="prune.json",
+                     checkpoint_dir="ckpt", **overrides)

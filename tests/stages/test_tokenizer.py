@@ -1,4 +1,3 @@
-import dataclasses
 import json
 from pathlib import Path
 
@@ -11,8 +10,8 @@ from tests.fixtures.lm_corpus import EN, ZH, synthetic_docs, write_docs
 
 def make_params(tmp_path: Path, **overrides) -> tokenizer.Params:
     docs_dir = write_docs(tmp_path / "docs", synthetic_docs(200), rows_per_shard=70)  # several part files
-    return dataclasses.replace(tokenizer.Params(), input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
-                               metrics_path=str(tmp_path / "metrics" / "tokenizer.json"), vocab_size=500, **overrides)
+    return tokenizer.Params(input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
+                            metrics_path=str(tmp_path / "metrics" / "tokenizer.json"), vocab_size=500, **overrides)
 
 
 def test_trains_saves_and_reports(tmp_path):
@@ -46,4 +45,4 @@ def test_training_sample_is_seeded_and_bounded(tmp_path):
 ])
 def test_invalid_params_are_named(overrides, match):
     with pytest.raises(ValueError, match=match):
-        tokenizer.Params(**overrides)
+        tokenizer.Params(input_dir="docs", out_dir="tok", metrics_path="tokenizer.json", **overrides)

@@ -15,13 +15,17 @@ from safetensors.torch import load_file
 from stages import train
 from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
 from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShardWriter, open_tiers
-from stages.common.runtime.params import from_dict
+from stages.common.runtime import digest
+from stages.common.runtime.params import from_dict, read_params
 from stages.common.training import checkpoint
 from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import ParallelParams, parallelize
 from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
 
 VOCAB = 256
+ROOT = Path(__file__).resolve().parents[2]
+PATHS = {"tokens_dir": "tokens", "model_dir": "model", "checkpoint_dir": "ckpt", "metrics_path": "train.json",
+         "steps_path": "steps.csv", "val_path": "val.csv"}  # named only: nothing is read or written
 
 
 def write_token_shards(root: Path, seed: int = 0) -> Path:
@@ -53,7 +57,8 @@ def tiny_params(tmp_path: Path, **overrides) -> train.Params:
         "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt"),
         "metrics_path": str(tmp_path / "metrics" / "train.json"), "steps_path": str(tmp_path / "metrics" / "steps.csv"),
         "val_path": str(tmp_path / "metrics" / "val.csv"), "preset": "debug", "max_steps": 30, "micro_batch_size": 4,
-        "gradient_accumulation_steps": 2, "num_threads": 1, "progress_bar": False,
+        "gradient_accumulation_steps": 2, "precision": "fp32", "num_threads": 1, "progress_bar": False,
+        "parallel": {"data_parallel_size": 1},
         "optim": {"lr": 0.01, "warmup_steps": 3}, "checkpoint": {"every": 10, "keep": 2},
         "eval": {"every": 10, "windows": 16},
     }
@@ -138,7 +143,7 @@ def test_checkpoints_of_another_configuration_are_cleared_not_resumed(tmp_path):
 
 def test_params_reject_bad_values():
     with pytest.raises(ValueError, match="train.precision"):
-        train.Params(precision="fp8")
+        train.Params(**PATHS, precision="fp8")
     with pytest.raises(ValueError, match="data_parallel_mode: fsdp"):
         ParallelParams(data_parallel_size=2, tensor_parallel_size=2)
     with pytest.raises(ValueError, match="ddp_comm_hook"):
@@ -155,7 +160,7 @@ def test_data_parallel_size_zero_follows_the_launch():
     with pytest.raises(ValueError, match="processes were launched"):
         ParallelParams(data_parallel_size=2).resolve(3)
     with pytest.raises(ValueError, match="nproc_per_node"):
-        train.Params(parallel=ParallelParams(data_parallel_size=0)).num_processes
+        train.Params(**PATHS, parallel=ParallelParams(data_parallel_size=0)).num_processes
 
 
 @pytest.mark.parametrize("stage, section, processes", [
@@ -172,7 +177,7 @@ def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monk
 
     import yaml
     params_path = tmp_path / "my params.yaml"
-    params_path.write_text(yaml.safe_dump({stage: section}))
+    params_path.write_text(yaml.safe_dump({stage: {**read_params(ROOT / "params.yaml")[stage], **section}}))
     calls = []
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.setattr(subprocess, "run",
@@ -265,13 +270,13 @@ def test_frozen_layers_do_not_move_during_the_freeze(tmp_path):
     assert not torch.equal(frozen_before["feed_forward.w1.weight"], model.layers[0].feed_forward.w1.weight)
 
 
-def test_the_run_fingerprint_covers_params_data_and_training_code(tmp_path, monkeypatch):
-    params = train.Params()
+def test_the_run_fingerprint_covers_params_data_and_training_code(monkeypatch):
+    params = train.Params(**PATHS)
     base = train.fingerprint(params, {"vocab_size": 256})
     assert train.fingerprint(dataclasses.replace(params, seed=1), {"vocab_size": 256}) != base
     assert train.fingerprint(params, {"vocab_size": 512}) != base
     assert train.fingerprint(dataclasses.replace(params, log_every=1), {"vocab_size": 256}) == base  # cadence only
-    edited = tmp_path / "trainer.py"
-    edited.write_text(Path(train.trainer_module.__file__).read_text() + "\n# a changed line\n")
-    monkeypatch.setattr(train.trainer_module, "__file__", str(edited))
-    assert train.fingerprint(params, {"vocab_size": 256}) != base  # new code: never resume the old run
+    read_source = digest.read_source  # the trainer as if edited: never resume a run of the old code
+    monkeypatch.setattr(digest, "read_source", lambda path: read_source(path) + b"\n# a changed line\n"
+                        if path.name == "trainer.py" else read_source(path))
+    assert train.fingerprint(params, {"vocab_size": 256}) != base

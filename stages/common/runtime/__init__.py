@@ -1,3 +1,3 @@
-"""The floor every stage stands on: typed params, the stage CLI, atomic writes, Parquet shard IO, the local /
+"""The base every stage stands on: typed params, the stage CLI, atomic writes, Parquet shard IO, the local /
 Ray executor, device and precision, content digests. Imports nothing else of `stages`.
 """

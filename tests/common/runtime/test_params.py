@@ -69,6 +69,13 @@ ROOT = Path(__file__).resolve().parents[3]
 STAGES = sorted(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
 
 
+def required(stage: str, cls: type) -> dict:
+    """The fields `cls` has no default for (its paths), with their values in the repo's params.yaml."""
+    section = yaml.safe_load((ROOT / "params.yaml").read_text())[stage]
+    return {f.name: section[f.name] for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
 @dataclass(frozen=True)
 class Ruled:
     size: int = param(4, min=1)
@@ -179,13 +186,13 @@ def test_a_language_in_capitals_says_which_code_is_meant(tmp_path):
 ])
 def test_params_built_directly_are_checked_with_the_full_key(overrides, message):
     with pytest.raises(ValueError) as e:
-        dataclasses.replace(clean.Params(), **overrides)
+        dataclasses.replace(clean.Params(**required("clean", clean.Params)), **overrides)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
 def test_a_nested_section_built_directly_is_checked_inside_its_stage():
     with pytest.raises(ValueError, match=r"^param 'train\.optim\.beta2': must be in \[0, 1\), got 1\.0$"):
-        train.Params(optim=OptimParams(beta2=1.0))
+        train.Params(**required("train", train.Params), optim=OptimParams(beta2=1.0))
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -193,7 +200,7 @@ def test_the_repo_params_load_cleanly(stage):
     cls = importlib.import_module(f"stages.{stage}").Params
     params = load_section(stage, cls, ROOT / "params.yaml")
     validate(params, stage)
-    cls()  # the dataclass defaults pass their own rules too
+    cls(**required(stage, cls))  # the dataclass defaults pass their own rules too
 
 
 def test_demo_languages_are_valid():
