@@ -7,7 +7,8 @@
    preset, the tokenizer's vocabulary size, `perplexity.precision`) on real demo documents when the
    clean docs exist, else on synthetic ones. Floor: >= 20,000 tokens/s on 2 cores.
 2. shard reader: training windows/s served by `TierSampler` from memory-mapped shards, against the
-   tokens/s at which the same model trains on them (`train_step`, same batch and precision).
+   tokens/s at which the same model trains on them (`Trainer.train_step` in one process, the
+   reference LM's loop; same batch and precision).
    Floor: the reader is >= 100x faster.
 3. stages: runs `tokenizer` and `perplexity` with params.yaml settings on the demo corpus in a temp
    folder (their wall time is the demo's cost) and reads the tier floor from the metrics: the mean
@@ -40,8 +41,7 @@ from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShar
 from stages.common.runtime.device import resolve_precision, seed_everything
 from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import read_table
-from stages.common.training.fit import train_step
-from stages.common.training.optim import configure_optimizer, make_scheduler
+from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,15 +118,14 @@ def bench_reader(params: perplexity.Params, tok_params: tokenizer.Params, repeat
         read_tps = num_batches * batch_size * seq_len / statistics.median(read_times)
 
         model = Transformer(cfg)
-        optimizer = configure_optimizer(model, params.reference.optim, device)
-        scheduler = make_scheduler(optimizer, params.reference.optim, 10_000)
-        steps = iter(range(10_000))
+        train_cfg = TrainConfig(max_steps=10_000, micro_batch_size=batch_size, gradient_accumulation_steps=1,
+                                seq_len=seq_len, precision=precision, optim=params.reference.optim,
+                                dynamic_clip=DynamicClip(enabled=False), eval_windows=0)
+        trainer = in_process(model, sampler, train_cfg, device)
 
         def train_steps(n: int = 5) -> None:
             for _ in range(n):
-                batch = sampler.batch(next(steps))
-                train_step(model, optimizer, scheduler, batch.inputs, batch.targets, precision,
-                           params.reference.optim.grad_clip)
+                trainer.train_step()
 
         train_times = repeat(train_steps, max(2, repeats // 2))
         train_tps = 5 * batch_size * seq_len / statistics.median(train_times)

@@ -5,7 +5,9 @@ and write the tiered token shards the `train` stage reads.
 2. reference LM: trained on the reference subset's training-split documents (the top
    `reference.subset_fraction` of each language by `quality_score` when the input has that column,
    else a seeded hash sample) or on the user's `reference.input_dir`, or loaded from
-   `reference.checkpoint` (those two paths are not DVC deps: add them to dvc.yaml to have them tracked);
+   `reference.checkpoint` (those two paths are not DVC deps: add them to dvc.yaml to have them tracked).
+   It trains with the train stage's loop (`stages.common.training.trainer`), in this process (no
+   torchrun, no checkpoints), on uniform random windows of its documents (`WindowSampler`);
 3. score every document (`stages.common.lm.scoring`): perplexity = exp(mean token NLL), on shards of
    `read_batch_docs` documents: in this process (executor local) or as Ray tasks on CPU workers, the
    model in the object store once (executor ray; stages/common/runtime/executor.py). Each shard's scores stay
@@ -26,6 +28,7 @@ Every document lands in exactly one (split, tier) shard; checked before anything
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import sys
 import time
@@ -61,7 +64,15 @@ from stages.common.lm.scoring import (
     read_cutoffs,
     score_documents,
 )
-from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, TokenShardWriter, hash_unit, is_validation
+from stages.common.lm.token_shards import (
+    SPLITS,
+    TIERS,
+    TokenShard,
+    TokenShardWriter,
+    WindowSampler,
+    hash_unit,
+    is_validation,
+)
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
@@ -69,8 +80,8 @@ from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import ShardWriter, iter_rows, read_table
-from stages.common.training.fit import fit
 from stages.common.training.optim import OptimParams
+from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 
 log = logging.getLogger("refinery.perplexity")
 STAGE = "perplexity"
@@ -226,28 +237,32 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
         raise ValueError(f"reference subset holds {shard.num_tokens} tokens, fewer than one {seq_len + 1}-token "
                          "window: raise reference.subset_fraction or use a preset with a shorter max_seq_len")
 
-    def next_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = np.random.default_rng([params.seed, step])
-        window = shard.windows(rng.integers(0, shard.num_windows(seq_len), size=ref.batch_size), seq_len)
-        return window[:, :-1], window[:, 1:]
-
+    # Clipping at the fixed optim.grad_clip only: the train stage's adaptive threshold is not a
+    # perplexity.reference param.
+    cfg = TrainConfig(max_steps=ref.steps, micro_batch_size=ref.batch_size, gradient_accumulation_steps=1,
+                      seq_len=seq_len, precision=precision, optim=ref.optim, dynamic_clip=DynamicClip(enabled=False),
+                      eval_windows=0)
+    trainer = in_process(model, WindowSampler(shard, seq_len, ref.batch_size, params.seed), cfg, device)
     log.info("perplexity: training reference LM (%s, %.2fM params, %s) on %d docs, %d tokens, %d steps",
              ref.preset, model.num_params() / 1e6, precision, len(docs), shard.num_tokens, ref.steps)
     t0 = time.perf_counter()
-    history = fit(model, next_batch, ref.steps, ref.optim, precision, device, desc="reference LM")
+    model.train()
+    trainer.fit({}, 0, 0, lambda: None, log_every=50, desc="reference LM", log_lines=True)
+    model.eval()
     seconds = time.perf_counter() - t0
-    tail = history[-max(1, len(history) // 10):]
+    losses = [row["loss"] for row in trainer.history if math.isfinite(row["loss"])]
     return model, {
         "reference.trained": 1,
         "reference.num_params": model.num_params(),
         "reference.num_docs": len(docs),
         "reference.num_tokens": shard.num_tokens,
         "reference.steps": ref.steps,
-        "reference.tokens_seen": sum(h.tokens for h in history),
-        "reference.first_loss": round(history[0].loss, 4),
-        "reference.final_loss": round(float(np.mean([h.loss for h in tail])), 4),
+        "reference.tokens_seen": trainer.tokens_seen,
+        "reference.first_loss": round(losses[0], 4),
+        "reference.final_loss": round(float(np.mean(losses[-max(1, len(losses) // 10):])), 4),
+        "reference.num_skipped_steps": trainer.counters.num_skipped_steps,
         "reference.train_seconds": round(seconds, 3),
-        "reference.train_tokens_per_s": round(sum(h.tokens for h in history) / seconds, 1),
+        "reference.train_tokens_per_s": round(trainer.tokens_seen / seconds, 1),
     }
 
 

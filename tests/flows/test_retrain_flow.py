@@ -22,9 +22,9 @@ from flows.registry import MODEL_FILE
 from flows.retrain import retrain
 from stages.common.lm import bpe
 from stages.common.lm.model import Transformer, preset, save_checkpoint
-from stages.common.training.fit import fit
 from stages.common.training.optim import OptimParams
 from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs  # noqa: F401 (fixture)
+from tests.fixtures.training import train_in_process
 from tests.flows.conftest import flow_run_id, make_repo, shipped_config, task_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_server", "one_torch_thread")]
@@ -77,7 +77,7 @@ def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         torch.manual_seed(0)
         model = Transformer(preset("debug", tokenizer.get_vocab_size()))
         if steps:
-            fit(model, batch, steps, OptimParams(lr=1e-2, warmup_steps=5), "fp32", torch.device("cpu"))
+            train_in_process(model, batch, steps, OptimParams(lr=1e-2, warmup_steps=5))
         save_checkpoint(model, out / "models" / f"{name}.safetensors")
     docs = synthetic_docs(80, seed=2)
     (out / "docs").mkdir()

@@ -90,6 +90,7 @@ def test_metrics_cutoffs_plot_and_model(first_run):
     assert metrics["num_docs"] == NUM_DOCS == sum(metrics[f"docs.{s}.{t}"] for s in SPLITS for t in TIERS)
     assert metrics["num_tokens"] == sum(metrics[f"tokens.{s}.{t}"] for s in SPLITS for t in TIERS)
     assert metrics["reference.trained"] == 1 and metrics["reference.final_loss"] < metrics["reference.first_loss"]
+    assert metrics["reference.tokens_seen"] == 60 * 16 * 64 and metrics["reference.num_skipped_steps"] == 0
     assert metrics["reference.val_perplexity"] > 1 and metrics["num_pooled_langs"] == 0
     for lang in ("en", "zh"):
         assert metrics[f"hard_easy_ratio.{lang}"] > 2

@@ -1,4 +1,4 @@
-"""Token shards: flat binary token files, a zero-copy reader, and the tier sampler the trainer uses.
+"""Token shards: flat binary token files, a zero-copy reader, and the samplers the trainer draws from.
 
 A shard is two files next to each other:
 
@@ -13,7 +13,8 @@ window is taken) and serves fixed-length windows `(B, T + 1)`: inputs are `[:, :
 `TierSampler` draws training batches across the easy/medium/hard shards with ratios that move from
 `TierMix.start` to `TierMix.end` over training. The global batch of a step is a pure function of
 (seed, step): resuming at step k needs only k, and a data-parallel rank reads only its own rows of it,
-so the data seen per step is the same whatever the number of ranks.
+so the data seen per step is the same whatever the number of ranks. `WindowSampler` draws uniformly
+from one shard, a pure function of (seed, step) too: the perplexity stage's reference LM trains on it.
 """
 from __future__ import annotations
 
@@ -223,8 +224,27 @@ class TierMix:
 class Batch:
     inputs: torch.Tensor  # (B, T) int64
     targets: torch.Tensor  # (B, T) int64
-    tiers: np.ndarray  # (B,) index into TIERS of each row
-    ratios: np.ndarray  # (3,) the ratios this batch was drawn with
+    tiers: np.ndarray  # (B,) index into TIERS of each row; empty from an untiered sampler
+    ratios: np.ndarray  # (3,) the ratios this batch was drawn with; empty from an untiered sampler
+
+
+class WindowSampler:
+    """Random (seq_len + 1)-token windows of one shard, start positions uniform, drawn from a generator
+    seeded with (seed, step); `batch_size` is the global batch and `batch(step, rows)` reads its rows
+    `rows`, like `TierSampler`."""
+
+    def __init__(self, shard: TokenShard, seq_len: int, batch_size: int, seed: int) -> None:
+        if shard.num_windows(seq_len) < 1:
+            raise ValueError(f"shard holds {shard.num_tokens} tokens, fewer than one {seq_len + 1}-token window")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.shard, self.seq_len, self.batch_size, self.seed = shard, seq_len, batch_size, seed
+
+    def batch(self, step: int, rows: slice = slice(None)) -> Batch:
+        rng = np.random.default_rng([self.seed, step])
+        starts = rng.integers(0, self.shard.num_windows(self.seq_len), size=self.batch_size)[rows]
+        window = self.shard.windows(starts, self.seq_len)
+        return Batch(window[:, :-1], window[:, 1:], np.empty(0, dtype=np.int64), np.empty(0))
 
 
 class TierSampler:

@@ -1,4 +1,4 @@
-"""The optimizer and the learning-rate schedule every training loop uses: AdamW with decay / no-decay parameter groups, linear warmup then cosine decay."""
+"""The optimizer and the learning-rate schedule of the training loop (`trainer.Trainer`): AdamW with decay / no-decay parameter groups, linear warmup then cosine decay."""
 from __future__ import annotations
 
 import math

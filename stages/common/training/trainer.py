@@ -2,9 +2,11 @@
 accumulation, fp16 loss scaling, fixed + dynamic global-norm clipping, layer freezing, a non-finite
 guard, per-tier validation and resumable state.
 
-`Trainer` drives a `Parallelized` model (stages.common.training.parallel) and a `TierSampler`
-(stages.common.lm.token_shards); it holds no paths and writes nothing but checkpoints, through
-stages.common.checkpoint. Every decision that changes the weights (skip a step, clip, loss-scale
+`Trainer` drives a `Parallelized` model (stages.common.training.parallel) and a `Sampler` (a `TierSampler`
+or `WindowSampler` of stages.common.lm.token_shards); it holds no paths and writes nothing but checkpoints,
+through stages.common.checkpoint, and only when its caller asks. Under torchrun it is the train, prune and
+qat stages' loop; `in_process` builds one for a model whole in one process, with no process group: the
+perplexity stage's reference LM. Every decision that changes the weights (skip a step, clip, loss-scale
 update) is taken from globally reduced numbers, so all ranks take it together. The loss is the model's
 own next-token loss, or any `LossFn`: the prune and qat stages pass a distillation loss against a
 frozen teacher (stages.common.compress.distill).
@@ -26,16 +28,33 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from stages.common.lm.token_shards import TIERS, TierSampler, TokenShard
+from stages.common.lm.model import Transformer
+from stages.common.lm.token_shards import TIERS, Batch, TokenShard
 from stages.common.runtime.device import autocast
 from stages.common.runtime.params import param
-from stages.common.training.optim import OptimParams, lr_multiplier
-from stages.common.training.parallel import Parallelized, mesh_coord
+from stages.common.training.optim import (
+    OptimParams,
+    configure_optimizer,
+    make_scheduler,
+)
+from stages.common.training.parallel import (
+    Parallelized,
+    ParallelParams,
+    mesh_coord,
+    parallelize,
+)
 
 log = logging.getLogger("refinery.trainer")
 LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 # Dense bf16/fp16 tensor-core peaks (FLOP/s) of known accelerators, for MFU.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+
+
+class Sampler(Protocol):
+    """Training batches: rows `rows` of step `step`'s global batch, a pure function of the step (so a
+    resumed run sees the same data)."""
+
+    def batch(self, step: int, rows: slice = ...) -> Batch: ...
 
 
 class LossFn(Protocol):
@@ -125,7 +144,7 @@ class Counters:
 
 
 class Trainer:
-    def __init__(self, parts: Parallelized, optimizer: torch.optim.Optimizer, sampler: TierSampler,
+    def __init__(self, parts: Parallelized, optimizer: torch.optim.Optimizer, sampler: Sampler,
                  cfg: TrainConfig, device: torch.device, flops_per_token: float, scaler: LossScaler,
                  loss_fn: LossFn = lm_loss) -> None:
         if parts.schedule is not None and loss_fn is not lm_loss:
@@ -133,8 +152,7 @@ class Trainer:
                              "the pipeline schedule computes its own loss on the last stage")
         self.parts, self.optimizer, self.sampler, self.cfg, self.device = parts, optimizer, sampler, cfg, device
         self.loss_fn = loss_fn
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: lr_multiplier(s, cfg.optim.warmup_steps, cfg.max_steps, cfg.optim.min_lr_ratio))
+        self.scheduler = make_scheduler(optimizer, cfg.optim, cfg.max_steps)
         self.scaler = scaler  # shared with the pipeline's loss function, which multiplies by its scale
         self.counters = Counters()
         self.norm_history: list[float] = []
@@ -340,9 +358,10 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------------
     def fit(self, val_shards: Mapping[str, TokenShard], eval_every: int, checkpoint_every: int,
             on_checkpoint, log_every: int = 10, is_main: bool = True, progress_bar: bool = True,
-            desc: str = "train") -> None:
+            desc: str = "train", log_lines: bool = False) -> None:
         """Run from `self.step` to `max_steps`; `on_checkpoint()` is called (on every rank) at each
-        checkpoint step and at the end. Only the main rank logs: a progress bar, or log lines."""
+        checkpoint step and at the end. Only the main rank logs: a progress bar, or log lines every
+        `log_every` steps (with `log_lines`, both)."""
         self.is_main = is_main
         show_progress = is_main and progress_bar
         cfg = self.cfg
@@ -356,7 +375,7 @@ class Trainer:
                 if row["step"] % log_every == 0 or self.step == cfg.max_steps:
                     bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.1e}",
                                     tok_s=f"{row['tokens_per_s']:.0f}")
-                    if is_main and not progress_bar:
+                    if is_main and (log_lines or not progress_bar):
                         log.info("%s step %d/%d loss %.4f lr %.2e grad_norm %.3f clip %.3g tokens/s %.0f", desc,
                                  self.step, cfg.max_steps, row["loss"], row["lr"], row["grad_norm"],
                                  row["clip_threshold"] or math.inf, row["tokens_per_s"])
@@ -370,6 +389,15 @@ class Trainer:
         if self.is_main:
             log.info("step %d validation perplexity %s", self.step,
                      " ".join(f"{t} {math.exp(v):.2f}" for t, v in losses.items() if math.isfinite(v)))
+
+
+def in_process(model: Transformer, sampler: Sampler, cfg: TrainConfig, device: torch.device) -> Trainer:
+    """A trainer for `model` (already on `device`) whole in this process, as a lone train worker runs it
+    but without a process group: no torchrun, no collectives; checkpoints only if the caller saves them.
+    The optimizer is `configure_optimizer(cfg.optim)`; the loss is the model's own."""
+    parts = parallelize(model, None, ParallelParams(), device, cfg.gradient_accumulation_steps, None)
+    return Trainer(parts, configure_optimizer(model, cfg.optim, device), sampler, cfg, device,
+                   model.flops_per_token(cfg.seq_len), LossScaler(cfg.precision == "fp16"))
 
 
 def _scale_grads(params: list[nn.Parameter], factor: float) -> None:

@@ -19,10 +19,10 @@ from stages.common.lm.scoring import (
     read_cutoffs,
     score_documents,
 )
-from stages.common.lm.token_shards import TokenShard, TokenShardWriter
+from stages.common.lm.token_shards import TokenShard, TokenShardWriter, WindowSampler
 from stages.common.runtime.atomic import write_csv
-from stages.common.training.fit import fit
 from stages.common.training.optim import OptimParams
+from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -89,16 +89,15 @@ def test_trained_model_finds_its_own_kind_of_text_easier_than_shuffled_text(tmp_
     for ids in train:
         writer.add(ids)
     writer.close()
-    shard = TokenShard(tmp_path / "train")
-
-    def batches(step):
-        rng = np.random.default_rng(step)
-        window = shard.windows(rng.integers(0, shard.num_windows(64), size=16), 64)
-        return window[:, :-1], window[:, 1:]
+    sampler = WindowSampler(TokenShard(tmp_path / "train"), seq_len=64, batch_size=16, seed=0)
 
     torch.manual_seed(0)
     model = Transformer(preset("debug", 300))
-    fit(model, batches, 80, OptimParams(lr=1e-2, warmup_steps=10), "fp32", DEVICE)
+    cfg = TrainConfig(max_steps=80, micro_batch_size=16, gradient_accumulation_steps=1, seq_len=64, precision="fp32",
+                      optim=OptimParams(lr=1e-2, warmup_steps=10), dynamic_clip=DynamicClip(enabled=False),
+                      eval_windows=0)
+    in_process(model, sampler, cfg, DEVICE).fit({}, 0, 0, lambda: None, progress_bar=False, log_every=80)
+    model.eval()
     rng = random.Random(0)
     shuffled = [np.array(rng.sample(list(ids), len(ids))) for ids in held_out]
     nll, n = score_documents(model, held_out, EOS, 0, 4096, "fp32", DEVICE)

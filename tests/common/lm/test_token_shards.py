@@ -10,6 +10,7 @@ from stages.common.lm.token_shards import (
     TierSampler,
     TokenShard,
     TokenShardWriter,
+    WindowSampler,
     is_validation,
     open_tiers,
     shard_paths,
@@ -137,6 +138,23 @@ def test_ranks_reading_slices_see_exactly_the_global_batch(tiers):
     parts = [sampler.batch(5, slice(lo, lo + 2)) for lo in range(0, 8, 2)]  # 4 ranks x 2 rows
     assert torch.equal(torch.cat([p.inputs for p in parts]), whole.inputs)
     assert np.array_equal(np.concatenate([p.tiers for p in parts]), whole.tiers)
+
+
+def test_window_sampler_draws_uniform_windows_of_one_shard_by_seed_and_step(tmp_path):
+    shard = write_shard(tmp_path / "ref", [np.arange(1, 200), np.arange(300, 400)])
+    sampler = WindowSampler(shard, seq_len=16, batch_size=8, seed=3)
+    batch = sampler.batch(7)
+    # the generator seeded with (seed, step): one uniform start per row over the shard's windows
+    starts = np.random.default_rng([3, 7]).integers(0, shard.num_windows(16), size=8)
+    window = shard.windows(starts, 16)
+    assert torch.equal(batch.inputs, window[:, :-1]) and torch.equal(batch.targets, window[:, 1:])
+    assert batch.tiers.size == 0 and batch.ratios.size == 0
+    assert not torch.equal(batch.inputs, sampler.batch(8).inputs)
+    assert not torch.equal(batch.inputs, WindowSampler(shard, 16, 8, seed=4).batch(7).inputs)
+    parts = [sampler.batch(7, slice(lo, lo + 4)) for lo in (0, 4)]  # 2 ranks x 4 rows
+    assert torch.equal(torch.cat([p.inputs for p in parts]), batch.inputs)
+    with pytest.raises(ValueError, match="fewer than one 401-token window"):
+        WindowSampler(shard, seq_len=400, batch_size=8, seed=0)
 
 
 def test_sampler_skips_a_tier_too_small_for_a_window(tmp_path):
