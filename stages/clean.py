@@ -69,7 +69,7 @@ class Params:
     executor: str = param("local", placement=True)  # local (process pool) | ray
     address: str = param("", placement=True)  # ray only: "auto" joins a running cluster, "" starts a local one
     work_dir: str  # per-shard results and completion markers, until the stage succeeds
-    rows_per_shard: int = param(100_000, min=1)
+    rows_per_part: int = param(100_000, min=1)
     max_record_bytes: int = param(DEFAULT_MAX_RECORD_BYTES, min=1)
     allow_empty_input: bool = False  # an input without a single record is an error unless this is true
     languages: tuple[str, ...] = param(("zh", "en"), choices=LANGUAGES, nonempty=True)  # as the detector names them

@@ -79,7 +79,7 @@ from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_pre
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.params import param, validate
-from stages.common.runtime.parquet import ShardWriter, iter_rows, read_table
+from stages.common.runtime.parquet import PartWriter, iter_rows, read_table
 from stages.common.training.optim import OptimParams
 from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 
@@ -132,7 +132,7 @@ class Params:
     max_score_tokens: int = param(1024, min=0)  # leading tokens scored per document; 0 = all
     score_batch_tokens: int = param(8192, min=1)
     read_batch_docs: int = param(2048, min=1)  # documents per tokenize/score/write batch (bounds memory)
-    rows_per_shard: int = param(100_000, min=1)
+    rows_per_part: int = param(100_000, min=1)
     # scoring: local (in this process, num_threads) | ray (one CPU per task)
     executor: str = param("local", placement=True)
     address: str = param("", placement=True)  # ray only: "auto" joins a running cluster, "" starts a local one
@@ -324,7 +324,7 @@ def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers:
             raise ValueError(f"{params.input_dir}: input already has a {name!r} column")
         schema = schema.append(pa.field(name, dtype))
     schema = schema.remove_metadata()
-    docs = ShardWriter(out / "docs", schema, params.rows_per_shard)
+    docs = PartWriter(out / "docs", schema, params.rows_per_part)
     shards = {(split, tier): TokenShardWriter(out / "tokens" / split / tier, vocab_size, eos_id)
               for split in SPLITS for tier in TIERS}
     with tqdm(total=len(corpus.ids), desc="write", unit="doc", mininterval=2.0) as bar:

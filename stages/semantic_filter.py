@@ -46,7 +46,7 @@ class Params:
     metrics_path: str
     target_precision: float | None = param(1.0, gt=0.0, max=1.0)  # None: threshold of maximum F1 per language
     batch_size: int = param(512, min=1)  # documents per task: one work shard
-    rows_per_shard: int = param(100_000, min=1)
+    rows_per_part: int = param(100_000, min=1)
     # placement=True: where the work runs, not what it computes (a rerun keeps finished work shards)
     # 0 = all cores (executor ray: CPUs of the local cluster it starts)
     num_workers: int = param(0, min=0, placement=True)

@@ -104,7 +104,7 @@ def test_semantic_filter_killed_anywhere(tmp_path, pipeline):
 def test_perplexity_killed_anywhere(tmp_path, one_torch_thread):
     from stages import tokenizer
 
-    docs_dir = write_docs(tmp_path / "docs", synthetic_docs(160, seed=3, noisy_share=0.25), rows_per_shard=80)
+    docs_dir = write_docs(tmp_path / "docs", synthetic_docs(160, seed=3, noisy_share=0.25), rows_per_part=80)
     tokenizer.run(tokenizer.Params(input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
                                    metrics_path=str(tmp_path / "tok.json"), vocab_size=300))
     params = ppl_params(tmp_path, (docs_dir, tmp_path / "tok", None), device="cpu", num_threads=1,

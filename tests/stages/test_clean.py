@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from stages import clean
 from stages.common.runtime.params import load_section
-from stages.common.runtime.parquet import QUARANTINE_SCHEMA, ShardWriter, read_table
+from stages.common.runtime.parquet import QUARANTINE_SCHEMA, PartWriter, read_table
 from stages.common.text.filters import Dropped
 from stages.common.text.readers import InputError
 from tests.conftest import ROOT, load_bench, write_jsonl
@@ -106,7 +106,7 @@ def test_failed_run_publishes_nothing(tmp_path, monkeypatch):
     def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(ShardWriter, "close", explode)
+    monkeypatch.setattr(PartWriter, "close", explode)
     with pytest.raises(RuntimeError, match="disk full"):
         clean.run(dataclasses.replace(params, languages=("de",)))
     assert outputs(params) == before
@@ -224,7 +224,7 @@ def test_empty_input_is_an_error_unless_allowed(tmp_path):
 
 
 def test_shard_writer_flushes_large_rows_early(tmp_path):
-    writer = ShardWriter(tmp_path / "q", QUARANTINE_SCHEMA, rows_per_shard=100, chars_per_group=1000)
+    writer = PartWriter(tmp_path / "q", QUARANTINE_SCHEMA, rows_per_part=100, chars_per_group=1000)
     for i in range(10):
         writer.write(Dropped(f"d{i}", "invalid:oversized", "f.jsonl", "x" * 400, index=i).row("clean"))
     writer.close()

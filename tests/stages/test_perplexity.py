@@ -22,7 +22,7 @@ def corpus(tmp_path_factory, one_torch_thread) -> tuple[Path, Path, list[dict]]:
     """Docs (two Parquet files) and a tokenizer trained on them by the tokenizer stage."""
     root = tmp_path_factory.mktemp("ppl")
     docs = synthetic_docs(NUM_DOCS, seed=2, noisy_share=0.25)
-    docs_dir = write_docs(root / "docs", docs, rows_per_shard=100)
+    docs_dir = write_docs(root / "docs", docs, rows_per_part=100)
     tokenizer.run(tokenizer.Params(input_dir=str(docs_dir), out_dir=str(root / "tok"),
                                    metrics_path=str(root / "tok.json"), vocab_size=400))
     return docs_dir, root / "tok", docs

@@ -9,7 +9,7 @@ from tests.fixtures.lm_corpus import EN, ZH, synthetic_docs, write_docs
 
 
 def make_params(tmp_path: Path, **overrides) -> tokenizer.Params:
-    docs_dir = write_docs(tmp_path / "docs", synthetic_docs(200), rows_per_shard=70)  # several part files
+    docs_dir = write_docs(tmp_path / "docs", synthetic_docs(200), rows_per_part=70)  # several part files
     return tokenizer.Params(input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
                             metrics_path=str(tmp_path / "metrics" / "tokenizer.json"), vocab_size=500, **overrides)
 

@@ -1,4 +1,4 @@
-"""Parquet shard IO shared by the stages: streaming writers with bounded buffers, and readers."""
+"""Parquet IO shared by the stages (datasets written as part-*.parquet files): streaming writers with bounded buffers, and readers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -31,24 +31,24 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 
 
-class ShardWriter:
-    """Writes rows to `<folder>/part-00000.parquet`, ... rolling to a new file every `rows_per_shard`.
+class PartWriter:
+    """Writes rows to `<folder>/part-00000.parquet`, ... rolling to a new file every `rows_per_part`.
     Rows are buffered up to `rows_per_group` rows or about `chars_per_group` characters of strings,
     whichever comes first, so a run of megabyte-sized rows does not hold gigabytes."""
 
-    def __init__(self, folder: Path, schema: pa.Schema, rows_per_shard: int, rows_per_group: int = 2000,
+    def __init__(self, folder: Path, schema: pa.Schema, rows_per_part: int, rows_per_group: int = 2000,
                  chars_per_group: int = 64 << 20) -> None:
         self.folder = folder
         self.schema = schema
-        self.rows_per_shard = rows_per_shard
+        self.rows_per_part = rows_per_part
         self.rows_per_group = rows_per_group
         self.chars_per_group = chars_per_group
         self.num_rows = 0
-        self.num_shards = 0
+        self.num_parts = 0
         self._buffer: list[dict[str, Any]] = []
         self._buffered_chars = 0
         self._writer: pq.ParquetWriter | None = None
-        self._rows_in_shard = 0
+        self._rows_in_part = 0
         folder.mkdir(parents=True, exist_ok=True)
 
     def write(self, row: dict[str, Any]) -> None:
@@ -62,15 +62,15 @@ class ShardWriter:
         self._buffered_chars = 0
         while self._buffer:
             if self._writer is None:
-                path = self.folder / f"part-{self.num_shards:05d}.parquet"
+                path = self.folder / f"part-{self.num_parts:05d}.parquet"
                 self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
-                self.num_shards += 1
-                self._rows_in_shard = 0
-            take = min(len(self._buffer), self.rows_per_shard - self._rows_in_shard)
+                self.num_parts += 1
+                self._rows_in_part = 0
+            take = min(len(self._buffer), self.rows_per_part - self._rows_in_part)
             chunk, self._buffer = self._buffer[:take], self._buffer[take:]
             self._writer.write_table(pa.Table.from_pylist(chunk, schema=self.schema))
-            self._rows_in_shard += take
-            if self._rows_in_shard >= self.rows_per_shard:
+            self._rows_in_part += take
+            if self._rows_in_part >= self.rows_per_part:
                 self._writer.close()
                 self._writer = None
 
@@ -79,9 +79,9 @@ class ShardWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self.num_shards == 0:  # an empty output is still a readable, typed dataset
+        if self.num_parts == 0:  # an empty output is still a readable, typed dataset
             pq.write_table(self.schema.empty_table(), self.folder / "part-00000.parquet")
-            self.num_shards = 1
+            self.num_parts = 1
 
 
 def iter_rows(folder: str | Path, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[dict[str, Any]]:

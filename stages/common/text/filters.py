@@ -38,7 +38,7 @@ from tqdm import tqdm
 from stages.common.runtime.atomic import atomic_dir, write_json
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, _importable, map_shards, resolve_workers
-from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, ShardWriter
+from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, PartWriter
 
 RESULTS_FILE = "results.parquet"  # a shard's result rows, one per document, in input order
 
@@ -84,7 +84,7 @@ class FilterStage(ABC):
     `documents`, `decider_args` and `verdict`; `payload`, `review` and `stage_metrics` are optional.
 
     `params` needs the fields every filter stage has: out_dir, metrics_path, work_dir, batch_size,
-    rows_per_shard, executor, address, num_workers. Construct the stage right after `check_owned_paths`:
+    rows_per_part, executor, address, num_workers. Construct the stage right after `check_owned_paths`:
     the run's clock starts here."""
 
     name: ClassVar[str]  # the stage: quarantine rows, logs, progress bar
@@ -131,8 +131,8 @@ class FilterStage(ABC):
         work = WorkDir(p.work_dir, fingerprint(p, input_files, sys.modules[type(self).__module__]))
         in_flight: deque[list[Any]] = deque()  # the documents of the shards handed out, in order
         with atomic_dir(p.out_dir) as tmp:
-            docs = ShardWriter(tmp / "docs", self.doc_schema, p.rows_per_shard)
-            quarantine = ShardWriter(tmp / "quarantine", QUARANTINE_SCHEMA, p.rows_per_shard)
+            docs = PartWriter(tmp / "docs", self.doc_schema, p.rows_per_part)
+            quarantine = PartWriter(tmp / "quarantine", QUARANTINE_SCHEMA, p.rows_per_part)
             shards = map_shards(_decide_shard, self._payloads(in_flight), work, p.executor, p.address,
                                 self.num_workers, _start_worker, (_importable(self.decider), self.decider_args()))
             with tqdm(desc=self.name, unit="doc", mininterval=2.0) as bar:

@@ -28,7 +28,7 @@ class ToyParams:
     metrics_path: str
     work_dir: str
     batch_size: int = 2
-    rows_per_shard: int = 100
+    rows_per_part: int = 100
     num_workers: int = 1
     executor: str = "local"
     address: str = ""
