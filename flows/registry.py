@@ -16,10 +16,10 @@ import hashlib
 import json
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stages.common.lm.eval_result import Evaluation
 from stages.common.runtime.atomic import atomic_dir, atomic_path, is_complete, write_json
 from stages.common.runtime.parquet import read_table
 
@@ -27,20 +27,6 @@ MODEL_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 CHAMPION_FILE = "champion.json"
 EVALUATE_MODULE = "stages.evaluate"
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """What `python -m stages.evaluate` writes (its fields, exactly)."""
-    bits_per_byte: float  # the decision metric: summed NLL / ln 2 / UTF-8 bytes of the documents
-    token_perplexity: float  # exp(mean NLL per token): comparable only under one tokenizer
-    num_docs: int
-    num_bytes: int
-    num_tokens: int
-
-    @classmethod
-    def read(cls, path: Path) -> Evaluation:
-        return cls(**json.loads(path.read_text(encoding="utf-8")))
 
 
 def evaluate_command(model_path: Path, tokenizer_dir: Path, eval_set: Path, out_path: Path, device: str,

@@ -20,12 +20,13 @@ import argparse
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from stages.common.lm import bpe
+from stages.common.lm.eval_result import Evaluation
 from stages.common.lm.model import load_checkpoint
 from stages.common.lm.scoring import score_documents
 from stages.common.runtime.atomic import write_json
@@ -34,15 +35,6 @@ from stages.common.runtime.device import resolve_device
 log = logging.getLogger("refinery.evaluate")
 
 BATCH_TOKENS = 8192
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    bits_per_byte: float  # the decision metric: summed NLL / ln 2 / UTF-8 bytes of the documents
-    token_perplexity: float  # exp(mean NLL per token): comparable only under one tokenizer
-    num_docs: int
-    num_bytes: int
-    num_tokens: int
 
 
 def read_eval_set(path: Path) -> list[str]:
