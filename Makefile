@@ -30,7 +30,7 @@ demo: install .dvc/config
 	$(BIN)/dvc config core.analytics false
 	$(BIN)/dvc repro
 	@echo
-	$(BIN)/dvc metrics show
+	$(BIN)/python -m flows.summary
 
 test: install
 	$(BIN)/python -m pytest

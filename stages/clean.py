@@ -59,8 +59,9 @@ class Params:
     input: str  # a file, a folder (searched recursively with `pattern`) or a glob
     pattern: str = "*"
     out_dir: str
-    metrics_path: str
-    reasons_plot_path: str  # reason,count: `dvc plots show` draws it
+    metrics_path: str  # headline figures (DVC metrics)
+    detail_path: str  # every figure: counts per reason, CPU seconds per phase, ...
+    reasons_plot_path: str  # reason,family,count of the dropped documents, most frequent first (`dvc plots show`)
     seed: int = param(0, min=0)
     # placement=True: where the work runs, not what it computes (a rerun keeps finished work shards)
     # 0 = all cores (executor ray: CPUs of the local cluster it starts)
@@ -267,12 +268,14 @@ class CleanStage(FilterStage):
 
 
 def run(params: Params) -> dict[str, Any]:
-    """Clean `params.input` into `params.out_dir`; return the metrics (also written to `metrics_path`)."""
+    """Clean `params.input` into `params.out_dir`; return the metrics (written to `detail_path`,
+    the headline to `metrics_path`)."""
     check_owned_paths(STAGE, {"input": params.input}, {"out_dir": params.out_dir}, {"work_dir": params.work_dir})
     stage = CleanStage(params)
     metrics = stage.run(stage.files)
-    write_csv(params.reasons_plot_path, ["reason", "count"],
-              sorted(([("kept", metrics["num_kept"])] + list(stage.reasons.items())), key=lambda rc: -rc[1]))
+    write_csv(params.reasons_plot_path, ["reason", "family", "count"],
+              [(reason, reason.split(":")[0], n) for reason, n in sorted(stage.reasons.items(),
+                                                                          key=lambda rc: (-rc[1], rc[0]))])
     return metrics
 
 

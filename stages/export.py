@@ -49,8 +49,9 @@ from stages.common.lm.evaluation import tier_perplexity
 from stages.common.lm.hf import write_hf_folder
 from stages.common.lm.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transformer, load_checkpoint
 from stages.common.lm.token_shards import TIERS, open_tiers
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import load_section, param, validate
 
 log = logging.getLogger("refinery.export")
@@ -78,7 +79,8 @@ class Params:
     tokenizer_dir: str
     tokens_dir: str  # val/{easy,medium,hard} shards score every model
     out_dir: str
-    metrics_path: str
+    metrics_path: str  # headline figures (DVC metrics)
+    detail_path: str  # every figure: per model, parity, ratios
     plot_path: str
     num_threads: int = param(2, min=1)  # onnxruntime intra-op threads, the same for every model measured
     latency_seq_len: int = param(128, min=1)
@@ -290,7 +292,7 @@ def run(params: Params) -> dict[str, Any]:
         sample = generate_text(int8_path, params.tokenizer_dir, params.generate, params.num_threads)
         (hf_dir / "README.md").write_text(model_card(metrics, table, params, sample), encoding="utf-8")
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     write_csv(params.plot_path, TABLE_COLUMNS, [[row[c] for c in TABLE_COLUMNS] for row in table])
     log.info("export: %s", {k: v for k, v in metrics.items() if k.startswith(("ratio.", "half_mlp."))})
     return metrics
@@ -378,6 +380,15 @@ def generate_main(argv: list[str]) -> None:
     g = GenerateParams(**{**g.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
     model = args.model or str(Path(params.out_dir) / "onnx" / INT8_NAME)
     print(generate_text(model, params.tokenizer_dir, g, params.num_threads))
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: the INT8 model's file size and latency (batch 1), and INT8 against
+    FP32 in file size, latency and perplexity."""
+    return {"file_mb": metrics["qat_int8.file_mb"], "latency_ms": metrics["qat_int8.latency_ms_b1"],
+            "ratio.int8_file_vs_fp32": metrics["ratio.int8_file_vs_fp32"],
+            "ratio.int8_latency_vs_fp32_b1": metrics["ratio.int8_latency_vs_fp32_b1"],
+            "ratio.int8_ppl_vs_fp32": metrics["ratio.int8_ppl_vs_fp32"]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -78,6 +78,7 @@ from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
+from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import PartWriter, iter_rows, read_table
 from stages.common.training.optim import OptimParams
@@ -118,7 +119,8 @@ class Params:
     tokenizer_dir: str
     out_dir: str
     model_dir: str
-    metrics_path: str
+    metrics_path: str  # headline figures (DVC metrics)
+    detail_path: str  # every figure: cutoffs, documents and tokens per tier, reference LM training
     plot_path: str
     seed: int = param(0, min=0)
     device: str = param("auto", choices=("auto", "cpu", "cuda"))  # auto: cuda when available
@@ -424,7 +426,7 @@ def run(params: Params) -> dict[str, Any]:
     metrics = summarize(params, corpus, perplexity, nll_sum, num_scored, tiers, splits, in_reference, cutoffs,
                         shards, reference_metrics, seconds, time.perf_counter() - start)
     metrics.update({f"score.{k}": v for k, v in shard_counts.items()})
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     write_csv(params.plot_path, HISTOGRAM_COLUMNS, histogram_rows(perplexity, corpus.langs, cutoffs))
     log.info("perplexity: %d docs, %d tokens; reference val ppl %.2f; hard/easy %s; %.1fs", num_docs,
              metrics["num_tokens"], metrics.get("reference.val_perplexity", float("nan")),
@@ -477,6 +479,14 @@ def summarize(params: Params, corpus: Corpus, perplexity: np.ndarray, nll_sum: n
             bias = np.median(perplexity[unseen]) / np.median(perplexity[seen])
             metrics[f"reference_bias.{lang}"] = round(float(bias), 4)
     return metrics
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: the reference LM's validation perplexity, the median document
+    perplexity per language and the scoring throughput."""
+    ref = {"ref_val_ppl": metrics["reference.val_perplexity"]} if "reference.val_perplexity" in metrics else {}
+    return {**ref, **{f"median_ppl.{lang}": v for lang, v in select(metrics, "median_perplexity").items()},
+            "tokens_per_s": metrics["score_tokens_per_s"]}
 
 
 def main(argv: list[str] | None = None) -> None:

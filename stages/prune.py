@@ -43,9 +43,10 @@ from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
 from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, save_checkpoint
 from stages.common.lm.token_shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers, read_manifest
 from stages.common.runtime import digest
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_precision, seed_everything
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
@@ -61,7 +62,8 @@ class Params:
     teacher_dir: str = param(placement=True)  # the trained FP32 model (model.safetensors): the train stage's model_dir
     tokens_dir: str = param(placement=True)  # {train,val}/{easy,medium,hard} token shards
     out_dir: str = param(placement=True)
-    metrics_path: str = param(placement=True)
+    metrics_path: str = param(placement=True)  # headline figures (DVC metrics)
+    detail_path: str = param(placement=True)  # every figure, per step
     checkpoint_dir: str = param(placement=True)  # step_<i>/step_<n>/: each step's distillation checkpoints
     seed: int = param(0, min=0)
     device: str = param("auto", choices=("auto", "cpu", "cuda"), placement=True)  # auto: cuda when available
@@ -204,12 +206,19 @@ def run(params: Params) -> dict[str, Any] | None:
         metrics["num_steps"] = len(params.mlp_schedule)
         metrics["tiers"] = ",".join(TIERS)
         metrics["seconds"] = round(time.perf_counter() - start, 3)
-        write_json(params.metrics_path, metrics)
+        write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
         result = metrics
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     return result
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: the final pruned model's parameters and validation perplexity per tier."""
+    last = f"step_{metrics['num_steps']}" if metrics["num_steps"] else "teacher"
+    return {"num_params": metrics[f"{last}.num_params"],
+            **{f"val_ppl.{tier}": metrics[f"{last}.val_ppl.{tier}"] for tier in TIERS}}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,11 +42,12 @@ from stages.common.compress.distill import DistillOptim, DistillParams, finetune
 from stages.common.compress.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
 from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
 from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from stages.common.lm.token_shards import TierMix, TierRatios, TierSampler, open_tiers, read_manifest
+from stages.common.lm.token_shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers, read_manifest
 from stages.common.runtime import digest
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import seed_everything
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
@@ -69,7 +70,8 @@ class Params:
     model_dir: str = param(placement=True)  # the FP32 model to quantize (model.safetensors); also the teacher
     tokens_dir: str = param(placement=True)
     out_dir: str = param(placement=True)
-    metrics_path: str = param(placement=True)
+    metrics_path: str = param(placement=True)  # headline figures (DVC metrics)
+    detail_path: str = param(placement=True)  # every figure: FP32, PTQ and QAT perplexity, KL
     checkpoint_dir: str = param(placement=True)  # step_<n>/: the QAT fine-tune's checkpoints
     seed: int = param(0, min=0)
     # torch CPU threads per process; 0 = cores / processes (QAT runs on CPU in fp32)
@@ -169,7 +171,7 @@ def run(params: Params) -> dict[str, Any] | None:
                 save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
                 save_quant_state(model, params.scheme, out / name / QUANT_NAME)
         metrics["seconds"] = round(time.perf_counter() - start, 3)
-        write_json(params.metrics_path, metrics)
+        write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
         log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f", metrics["fp32.val_ppl.all"],
                  metrics["ptq.val_ppl.all"], metrics["qat.val_ppl.all"])
         result = metrics
@@ -177,6 +179,13 @@ def run(params: Params) -> dict[str, Any] | None:
         dist.barrier()
         dist.destroy_process_group()
     return result
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: the QAT model's validation perplexity per tier (INT8 fake-quant), and
+    its perplexity relative to the FP32 model's."""
+    return {**{f"val_ppl.{tier}": metrics[f"qat.val_ppl.{tier}"] for tier in TIERS},
+            "val_ppl_vs_fp32": metrics["qat.val_ppl_ratio"]}
 
 
 def main(argv: list[str] | None = None) -> None:

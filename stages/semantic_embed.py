@@ -23,9 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import resolve_workers
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import read_table
 from stages.common.semantic.encoder import DEFAULT_ENCODER, Encoder
@@ -42,7 +43,8 @@ class Params:
     labels_path: str  # JSONL: text, label (keep|drop), optional category, lang, id
     docs_dir: str
     out_dir: str
-    metrics_path: str
+    metrics_path: str  # headline figures (DVC metrics)
+    detail_path: str  # every figure
     encoder: str = DEFAULT_ENCODER  # or a local BERT-family model folder / cached hub id
     backend: str = param("onnx", choices=("torch", "onnx"))  # onnx: exported at start; `quantize` makes it int8
     quantize: bool = True
@@ -142,10 +144,15 @@ def run(params: Params) -> dict[str, Any]:
         "seconds": time.perf_counter() - start,
         "embedding_dim": encoder.dim,
     }
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     log.info("semantic_embed: %d labels + %d docs, %d encoded at %.0f/s", len(labels), len(docs["id"]),
              num_encoded, metrics["encoded_per_s"])
     return metrics
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: documents with an embedding, and the encoder's throughput."""
+    return {"num_docs": metrics["num_embedded"], "docs_per_s": metrics["encoded_per_s"]}
 
 
 def main(argv: list[str] | None = None) -> None:

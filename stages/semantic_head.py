@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from safetensors.torch import save_file
 
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.semantic.features import Features, NgramParams
 from stages.common.semantic.head import KEEP, binary_report, predict, train_head
@@ -39,7 +40,8 @@ POOLED = "*"
 class Params:
     embeddings_dir: str
     out_dir: str
-    metrics_path: str
+    metrics_path: str  # headline figures (DVC metrics)
+    detail_path: str  # every figure
     seed: int = param(0, min=0)
     val_fraction: float = param(0.2, gt=0.0, lt=1.0)
     min_labels_per_class: int = param(20, min=1)  # a language with fewer examples of keep or drop uses the pooled head
@@ -125,8 +127,15 @@ def run(params: Params) -> dict[str, Any]:
         rows = np.array([labels[r]["lang"] == lang for r in val_rows])
         for key, value in binary_report(probs[rows, 0], is_drop[rows], 0.5).items():
             metrics[f"val_at_0.5.{lang}.{key}"] = value
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     return metrics
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: validation F1 per language (at probability 0.5), examples trained on."""
+    return {"num_train": metrics["num_train"],
+            **{f"f1.{lang}": metrics[f"val_at_0.5.{lang}.f1"]
+               for lang in sorted({k.split(".")[2] for k in metrics if k.startswith("val_at_0.5.")})}}
 
 
 def main(argv: list[str] | None = None) -> None:

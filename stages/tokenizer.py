@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from stages.common.lm import bpe
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
+from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import read_table
 
@@ -33,7 +34,8 @@ NUM_EVAL_DOCS_PER_LANG = 1000
 class Params:
     input_dir: str  # Parquet docs (id, text, lang, ...)
     out_dir: str
-    metrics_path: str
+    metrics_path: str  # headline figures (DVC metrics)
+    detail_path: str  # every figure
     vocab_size: int = 4096
     min_frequency: int = param(2, min=0)  # a pair seen fewer times is never merged
     eos_token: str = param("<|endoftext|>", nonempty=True)  # ends every document (and so starts the next); id 0
@@ -94,10 +96,16 @@ def run(params: Params) -> dict[str, Any]:
         num_tokens = sum(len(ids) for ids in bpe.encode(tokenizer, sample_texts))
         metrics[f"chars_per_token.{lang}"] = round(sum(map(len, sample_texts)) / max(1, num_tokens), 4)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     log.info("tokenizer: vocab %d, trained in %.1fs; chars/token %s", metrics["vocab_size"], train_seconds,
              {k.split(".")[1]: v for k, v in metrics.items() if k.startswith("chars_per_token.")})
     return metrics
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: vocabulary size and characters per token per language."""
+    return {"vocab_size": metrics["vocab_size"],
+            **{f"chars_per_token.{lang}": v for lang, v in select(metrics, "chars_per_token").items()}}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,9 +35,10 @@ import torch.distributed as dist
 from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
 from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, open_tiers, read_manifest
 from stages.common.runtime import digest
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import resolve_precision, seed_everything
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.training import checkpoint
 from stages.common.training.checkpoint import CheckpointParams
@@ -69,7 +70,8 @@ class Params:
     tokens_dir: str  # {train,val}/{easy,medium,hard} shards + manifest.json
     model_dir: str = param(placement=True)
     checkpoint_dir: str = param(placement=True)
-    metrics_path: str = param(placement=True)
+    metrics_path: str = param(placement=True)  # headline figures (DVC metrics)
+    detail_path: str = param(placement=True)  # every figure
     steps_path: str = param(placement=True)
     val_path: str = param(placement=True)
     seed: int = param(0, min=0)
@@ -214,11 +216,17 @@ def write_outputs(trainer: Trainer, params: Params, metrics: dict[str, Any]) -> 
     write_csv(params.steps_path, STEP_COLUMNS, [[r.get(c) for c in STEP_COLUMNS] for r in trainer.history])
     val_columns = ["step"] + [f"{kind}_{tier}" for kind in ("perplexity", "loss") for tier in TIERS]
     write_csv(params.val_path, val_columns, [[r[c] for c in val_columns] for r in trainer.val_history])
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     log.info("train: %d steps, final loss %.4f, %.0f tokens/s, validation perplexity %s", metrics["steps"],
              metrics["final_loss"], metrics["tokens_per_s"],
              " ".join(f"{t} {metrics.get(f'val.{t}.perplexity_start', math.nan):.1f}->"
                       f"{metrics.get(f'val.{t}.perplexity', math.nan):.1f}" for t in TIERS))
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: validation perplexity per tier, final loss, tokens/s."""
+    return {**{f"val_ppl.{tier}": metrics[f"val.{tier}.perplexity"] for tier in TIERS},
+            "loss": metrics["final_loss"], "tokens_per_s": metrics["tokens_per_s"]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,8 +12,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from stages.common.runtime.atomic import atomic_dir, atomic_path, check_owned_paths, write_json
+from stages.common.runtime.atomic import atomic_dir, atomic_path, check_owned_paths
 from stages.common.runtime.cli import stage_main
+from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.demo_corpus.builder import Builder
 from stages.demo_corpus.records import Doc, _dumps, record_counts, semantic_labels
@@ -28,7 +29,8 @@ class Params:
     out_dir: str = param(nonempty=True)
     labels_path: str = param(nonempty=True)
     semantic_labels_path: str = param(nonempty=True)
-    metrics_path: str = param(nonempty=True)
+    metrics_path: str = param(nonempty=True)  # headline figures (DVC metrics)
+    detail_path: str = param(nonempty=True)  # every figure
     seed: int = param(1234, min=0)
     num_docs: int = param(24000, min=1)
     num_shards: int = param(8, min=1)
@@ -76,9 +78,17 @@ def run(params: Params) -> dict[str, int | float]:
         counts.update(f"{key}.{lab[key] or 'none'}" for key in ("kind", "lang", "dup_type", "malformed"))
     metrics: dict[str, int | float] = dict(sorted(counts.items()))
     metrics.update(bytes_uncompressed=raw_size, bytes_compressed=gz_size)
-    write_json(params.metrics_path, metrics)
+    write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     log.info("demo corpus metrics: %s", json.dumps(metrics))
     return metrics
+
+
+def headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` lists: records, duplicates planted, malformed records, uncompressed MB."""
+    return {"num_docs": metrics["records"],
+            "num_duplicates": metrics.get("dup_type.exact", 0) + metrics.get("dup_type.near", 0),
+            "num_malformed": metrics["records"] - metrics.get("malformed.none", 0),
+            "input_mb": metrics["bytes_uncompressed"] / 1e6}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,7 +52,7 @@ def command(stage: str, params, tmp_path: Path) -> list[str]:
 def launch(stage: str, params, tmp_path: Path) -> dict:
     proc = subprocess.run(command(stage, params, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(Path(params.metrics_path).read_text())
+    return json.loads(Path(params.detail_path).read_text())
 
 
 def assert_close_weights(expected_file: Path, got_file: Path) -> None:
@@ -73,7 +73,7 @@ def test_two_processes_prune_and_quantize_like_one(inputs, tmp_path):
 
     metrics = launch("prune", dataclasses.replace(tiny_prune_params(inputs, two), nproc_per_node=2), tmp_path)
     assert metrics["num_processes"] == 2
-    reference = json.loads((one / "prune.json").read_text())
+    reference = json.loads((one / "prune.detail.json").read_text())
     for step in (1, 2):
         assert metrics[f"step_{step}.ffn_dim"] == reference[f"step_{step}.ffn_dim"]
         assert metrics[f"step_{step}.kl_first"] == pytest.approx(reference[f"step_{step}.kl_first"], rel=1e-4)
@@ -83,8 +83,8 @@ def test_two_processes_prune_and_quantize_like_one(inputs, tmp_path):
     metrics = launch("qat", dataclasses.replace(tiny_qat_params(one / "pruned", inputs, two), nproc_per_node=2),
                      tmp_path)
     assert metrics["num_processes"] == 2
-    assert metrics["qat.val_ppl.all"] == pytest.approx(json.loads((one / "qat.json").read_text())["qat.val_ppl.all"],
-                                                       rel=1e-3)
+    reference = json.loads((one / "qat.detail.json").read_text())
+    assert metrics["qat.val_ppl.all"] == pytest.approx(reference["qat.val_ppl.all"], rel=1e-3)
     assert_close_weights(one / "qat" / "qat" / CHECKPOINT_NAME, two / "qat" / "qat" / CHECKPOINT_NAME)
     assert (two / "qat" / "qat" / "quant.safetensors").is_file()
 
@@ -101,7 +101,7 @@ def test_a_killed_prune_worker_restarts_and_resumes_to_identical_weights(inputs,
     output = sigkill_a_worker(command("prune", params(killed), tmp_path),
                               killed / "prune_checkpoints" / "step_1" / "step_00000020", timeout=300)
 
-    metrics = json.loads((killed / "prune.json").read_text())
+    metrics = json.loads((killed / "prune.detail.json").read_text())
     # the restarted workers resumed step 1 (finished or not) from a checkpoint at or after step 20
     assert metrics["step_1.resumed_from_step"] >= 20, output[-3000:]
     assert "restart" in output.lower() or "resumed" in output.lower()

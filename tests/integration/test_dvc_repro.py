@@ -27,11 +27,11 @@ CHAIN = ["demo_corpus", "clean", "semantic_embed", "semantic_head", "semantic_fi
 def test_repro_runs_the_chain_then_does_nothing(dvc_repo: Path):
     out = sh([str(BIN / "dvc"), "repro", "semantic_filter"], dvc_repo)
     assert all(f"Running stage '{stage}'" in out for stage in CHAIN)
-    metrics = json.loads((dvc_repo / "metrics" / "clean.json").read_text())
+    metrics = json.loads((dvc_repo / "metrics" / "detail" / "clean.json").read_text())
     assert metrics["num_read"] == 600 == metrics["num_kept"] + metrics["num_quarantined"]
     assert metrics["num_kept"] > 0 and metrics["kept.zh"] > 0 and metrics["kept.en"] > 0
     assert (dvc_repo / "data" / "clean" / "_SUCCESS").is_file()
-    semantic = json.loads((dvc_repo / "metrics" / "semantic_filter.json").read_text())
+    semantic = json.loads((dvc_repo / "metrics" / "detail" / "semantic_filter.json").read_text())
     assert semantic["num_read"] == metrics["num_kept"] == semantic["num_kept"] + semantic["num_quarantined"]
     lock = yaml.safe_load((dvc_repo / "dvc.lock").read_text())
     assert set(CHAIN) <= set(lock["stages"])
@@ -52,7 +52,7 @@ def test_repro_runs_the_chain_then_does_nothing(dvc_repo: Path):
     set_param(dvc_repo, "clean", "languages", ["en"])
     fourth = sh([str(BIN / "dvc"), "repro", "semantic_filter"], dvc_repo)
     assert "Running stage 'clean'" in fourth and "Running stage 'demo_corpus'" not in fourth
-    assert "kept.zh" not in json.loads((dvc_repo / "metrics" / "clean.json").read_text())
+    assert "kept.zh" not in json.loads((dvc_repo / "metrics" / "detail" / "clean.json").read_text())
 
 
 def set_param(repo: Path, section: str, key: str, value) -> None:

@@ -97,6 +97,7 @@ def test_clean_killed_anywhere(tmp_path):
 def test_semantic_filter_killed_anywhere(tmp_path, pipeline):
     run = tmp_path / "run"
     params = dataclasses.replace(pipeline, out_dir=str(run / "out"), metrics_path=str(run / "filter.json"),
+                                 detail_path=str(run / "filter.detail.json"),
                                  work_dir=str(run / "work"), batch_size=1, num_workers=2)
     kill_anywhere("semantic_filter", params, [run / "out"], run / "work", tmp_path, seed=3)
 
@@ -106,7 +107,8 @@ def test_perplexity_killed_anywhere(tmp_path, one_torch_thread):
 
     docs_dir = write_docs(tmp_path / "docs", synthetic_docs(160, seed=3, noisy_share=0.25), rows_per_part=80)
     tokenizer.run(tokenizer.Params(input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
-                                   metrics_path=str(tmp_path / "tok.json"), vocab_size=300))
+                                   metrics_path=str(tmp_path / "tok.json"),
+                                   detail_path=str(tmp_path / "tok.detail.json"), vocab_size=300))
     params = ppl_params(tmp_path, (docs_dir, tmp_path / "tok", None), device="cpu", num_threads=1,
                         read_batch_docs=32)
     run = tmp_path / "run"

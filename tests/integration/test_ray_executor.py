@@ -148,7 +148,9 @@ def test_a_killed_worker_is_retried(tmp_path):
 def test_semantic_filter_under_ray_matches_local(pipeline):  # noqa: F811
     local = dataclasses.replace(pipeline, num_workers=2, batch_size=1)
     on_ray = dataclasses.replace(pipeline, batch_size=1, executor="ray", out_dir=pipeline.out_dir + "_ray",
-                                 metrics_path=pipeline.metrics_path + ".ray.json", work_dir=pipeline.work_dir + "_ray")
+                                 metrics_path=pipeline.metrics_path + ".ray.json",
+                                 detail_path=pipeline.metrics_path + ".ray.detail.json",
+                                 work_dir=pipeline.work_dir + "_ray")
     m_local, m_ray = semantic_filter.run(local), semantic_filter.run(on_ray)
     for part in ("docs", "quarantine"):
         assert read_table(Path(local.out_dir) / part).to_pylist() == read_table(Path(on_ray.out_dir) / part).to_pylist()

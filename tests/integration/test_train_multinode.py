@@ -71,7 +71,7 @@ def test_two_nodes_on_loopback_end_with_the_single_node_weights(tmp_path, tokens
     params = params_file(tmp_path, tokens, **OVERRIDES)
     codes = wait_all(run_two_nodes(params, tmp_path, "two-nodes"))
     assert codes == [0, 0], (tmp_path / "node0.log").read_text()[-3000:]
-    metrics = json.loads((tmp_path / "train.json").read_text())
+    metrics = json.loads((tmp_path / "train.detail.json").read_text())
     assert metrics["num_processes"] == 2 and metrics["steps"] == STEPS
     expected, got = weights(single_node), weights(tmp_path)
     assert all(torch.equal(expected[name], got[name]) for name in expected)  # bit for bit
@@ -93,7 +93,7 @@ def test_a_lost_node_then_a_relaunch_resumes_from_the_last_checkpoint(tmp_path, 
 
     codes = wait_all(run_two_nodes(params, tmp_path, "lost-node-relaunch"))
     assert codes == [0, 0], (tmp_path / "node0.log").read_text()[-3000:]
-    metrics = json.loads((tmp_path / "train.json").read_text())
+    metrics = json.loads((tmp_path / "train.detail.json").read_text())
     assert 20 <= metrics["resumed_from_step"] < STEPS
     assert [int(line.split(",")[0]) for line in (tmp_path / "steps.csv").read_text().splitlines()[1:]] == list(
         range(STEPS))

@@ -38,7 +38,8 @@ def params_file(tmp_path: Path, tokens: Path, **overrides) -> Path:
     """A params.yaml with a `train` section for the debug model on the tiny shards."""
     section = {
         "tokens_dir": str(tokens), "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt"),
-        "metrics_path": str(tmp_path / "train.json"), "steps_path": str(tmp_path / "steps.csv"),
+        "metrics_path": str(tmp_path / "train.json"),
+        "detail_path": str(tmp_path / "train.detail.json"), "steps_path": str(tmp_path / "steps.csv"),
         "val_path": str(tmp_path / "val.csv"), "preset": "debug", "max_steps": STEPS, "micro_batch_size": 2,
         "gradient_accumulation_steps": 4, "precision": "fp32", "num_threads": 1, "progress_bar": False,
         "max_restarts": 0, "parallel": {"data_parallel_size": 1}, "optim": {"lr": 0.01, "warmup_steps": 2}, "checkpoint": {"every": 4, "keep": 2},
@@ -92,7 +93,7 @@ LAYOUTS = {
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_every_parallel_layout_trains_like_one_process(layout, tmp_path, tokens, single_process):
     launch(params_file(tmp_path, tokens, **LAYOUTS[layout]))
-    metrics = json.loads((tmp_path / "train.json").read_text())
+    metrics = json.loads((tmp_path / "train.detail.json").read_text())
     parallel = LAYOUTS[layout]["parallel"]
     assert metrics["num_processes"] == math.prod(parallel.get(k, 1) for k in
                                                  ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size"))
@@ -112,7 +113,7 @@ def test_every_parallel_layout_trains_like_one_process(layout, tmp_path, tokens,
 ], ids=["bf16_tp", "fp16_fsdp", "ddp_fp16_compression", "ddp_powersgd"])
 def test_mixed_precision_and_gradient_compression_track_the_fp32_run(overrides, tmp_path, tokens, single_process):
     launch(params_file(tmp_path, tokens, **overrides))
-    metrics = json.loads((tmp_path / "train.json").read_text())
+    metrics = json.loads((tmp_path / "train.detail.json").read_text())
     assert metrics["num_skipped_steps"] == 0
     # Same data, lossy arithmetic or communication: close to the fp32 curve, not equal to it.
     assert losses(tmp_path) == pytest.approx(losses(single_process), rel=0.05)
@@ -159,7 +160,7 @@ def test_sigkill_at_a_random_step_resumes_to_identical_weights(tmp_path, tokens)
     output = sigkill_a_worker([sys.executable, "-m", "stages.train", "--params", str(params)],
                               killed / "ckpt" / "step_00000020")
 
-    metrics = json.loads((killed / "train.json").read_text())
+    metrics = json.loads((killed / "train.detail.json").read_text())
     assert 20 <= metrics["resumed_from_step"] < 150, output[-3000:]
     steps = [int(line.split(",")[0]) for line in (killed / "steps.csv").read_text().splitlines()[1:]]
     assert steps == list(range(150))  # the loss curve has no gap and no repeat

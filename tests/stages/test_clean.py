@@ -55,6 +55,7 @@ EXPECTED_REASONS = {
 def make_params(tmp_path: Path, input_dir: Path, **overrides) -> clean.Params:
     return clean.Params(input=str(input_dir), out_dir=str(tmp_path / "out"),
                         metrics_path=str(tmp_path / "metrics" / "clean.json"),
+                        detail_path=str(tmp_path / "metrics" / "clean.detail.json"),
                         reasons_plot_path=str(tmp_path / "metrics" / "reasons.csv"),
                         work_dir=str(tmp_path / "work"), **overrides)
 
@@ -82,9 +83,15 @@ def test_clean_keeps_drops_and_explains(tmp_path):
     assert de["lang"] == "de" and json.loads(de["record"])["text"] == DE  # the original survives
     assert metrics["num_read"] == 12 == metrics["num_kept"] + metrics["num_quarantined"]
     assert metrics["dropped.lang:de"] == 1 and metrics["kept.en"] == 2
-    assert json.loads(Path(params.metrics_path).read_text()) == metrics
-    plot_rows = Path(params.reasons_plot_path).read_text().splitlines()
-    assert plot_rows[0] == "reason,count" and "kept,3" in plot_rows and "lang:de,1" in plot_rows
+    assert json.loads(Path(params.detail_path).read_text()) == metrics
+    headline = json.loads(Path(params.metrics_path).read_text())  # what `dvc metrics show` lists
+    assert headline == {"num_read": 12, "num_kept": 3, "kept.en": 2, "kept.zh": 1,
+                        "docs_per_s": pytest.approx(metrics["docs_per_s"], rel=1e-3)}
+    plot_rows = Path(params.reasons_plot_path).read_text().splitlines()  # dropped only, most frequent first
+    counts = [int(row.rsplit(",", 1)[1]) for row in plot_rows[1:]]
+    assert plot_rows[0] == "reason,family,count" and "lang:de,lang,1" in plot_rows
+    assert counts == sorted(counts, reverse=True) and sum(counts) == metrics["num_quarantined"]
+    assert not [row for row in plot_rows if row.startswith("kept")]
     assert (Path(params.out_dir) / "_SUCCESS").is_file()
     assert not [p for p in Path(params.out_dir).parent.iterdir() if p.name.startswith(".")]  # no temp left
 

@@ -47,7 +47,7 @@ def genre(text: str) -> str:
 def _build(root: Path, seed: int = 7) -> Params:
     params = Params(seed=seed, num_docs=600, num_shards=3, out_dir=str(root / "demo"),
                     labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"),
-                    metrics_path=str(root / "metrics.json"))
+                    metrics_path=str(root / "metrics.json"), detail_path=str(root / "metrics.detail.json"))
     run(params)
     return params
 
@@ -225,7 +225,7 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     root = tmp_path_factory.mktemp("large")
     params = Params(seed=11, num_docs=3000, num_shards=1, out_dir=str(root / "demo"),
                     labels_path=str(root / "labels.jsonl"), semantic_labels_path=str(root / "semantic.jsonl"),
-                    metrics_path=str(root / "metrics.json"))
+                    metrics_path=str(root / "metrics.json"), detail_path=str(root / "metrics.detail.json"))
     run(params)
     return [json.loads(line) for line in Path(params.semantic_labels_path).read_text(encoding="utf-8").splitlines()]
 
@@ -396,7 +396,7 @@ def test_traditional_variant() -> None:
 
 def test_metrics_file_counts_the_records(corpus) -> None:
     params, lines, labels = corpus
-    metrics = json.loads(Path(params.metrics_path).read_text(encoding="utf-8"))
+    metrics = json.loads(Path(params.detail_path).read_text(encoding="utf-8"))
     assert metrics["records"] == len(lines) == 600
     assert metrics["no_id"] == sum(lab["id"] is None for lab in labels)
     for key in ("kind", "lang", "dup_type", "malformed"):
@@ -408,7 +408,7 @@ def test_metrics_file_counts_the_records(corpus) -> None:
 def _params_file(tmp_path: Path, **section: object) -> Path:
     values = dict(seed=3, num_docs=600, num_shards=2, out_dir=str(tmp_path / "demo"),
                   labels_path=str(tmp_path / "labels.jsonl"), semantic_labels_path=str(tmp_path / "semantic.jsonl"),
-                  metrics_path=str(tmp_path / "metrics.json"))
+                  metrics_path=str(tmp_path / "metrics.json"), detail_path=str(tmp_path / "metrics.detail.json"))
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"demo_corpus": {**values, **section}}), encoding="utf-8")
     return path
@@ -436,7 +436,10 @@ def test_cli_writes_every_output(tmp_path: Path) -> None:
     main(["--params", str(_params_file(tmp_path))])
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["_SUCCESS", "part-00000.jsonl.gz",
                                                                       "part-00001.jsonl.gz"]
-    assert json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))["records"] == 600
+    assert json.loads((tmp_path / "metrics.detail.json").read_text(encoding="utf-8"))["records"] == 600
+    headline = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
+    assert sorted(headline) == ["input_mb", "num_docs", "num_duplicates", "num_malformed"]
+    assert headline["num_docs"] == 600
     assert len((tmp_path / "labels.jsonl").read_text(encoding="utf-8").splitlines()) == 600
 
 

@@ -79,7 +79,8 @@ def chain(tmp_path_factory, one_torch_thread):
     params = export.Params(
         teacher_dir=str(inputs["teacher"]), pruned_dir=str(root / "pruned"),
         qat_dir=str(root / "qat"), tokenizer_dir=str(inputs["tokenizer"]), tokens_dir=str(inputs["tokens"]),
-        out_dir=str(root / "export"), metrics_path=str(root / "export.json"), plot_path=str(root / "export.csv"),
+        out_dir=str(root / "export"), metrics_path=str(root / "export.json"),
+        detail_path=str(root / "export.detail.json"), plot_path=str(root / "export.csv"),
         num_threads=1, latency_runs=2, latency_rounds=1, val_batches=2,
         generate=dataclasses.replace(export.GenerateParams(), max_new_tokens=8))
     return root, params, export.run(params)
@@ -106,7 +107,7 @@ def test_run_exports_measures_and_reports(chain):
     assert not [k for k in metrics if "floor" in k or k.endswith("_pass")]
     table = (root / "export.csv").read_text().splitlines()
     assert table[0].startswith("model,precision") and [line.split(",")[0] for line in table[1:]] == rows
-    assert json.loads((root / "export.json").read_text()) == metrics
+    assert json.loads((root / "export.detail.json").read_text()) == metrics
     card = (out / "hf" / "README.md").read_text()
     assert "| qat_int8 | int8 |" in card and "LlamaForCausalLM" in card
     assert f"file {metrics['ratio.int8_file_vs_fp32']:.2f} of the size" in card and "floor" not in card.lower()
@@ -185,7 +186,8 @@ def test_an_int8_model_that_disagrees_with_its_source_fails_the_stage(chain, mon
     """The INT8 check runs on the CPU the stage runs on: a graph that computes something else than the
     fake-quant model (here: exported from perturbed weights) fails the stage and publishes nothing."""
     root, params, _ = chain
-    params = dataclasses.replace(params, out_dir=str(root / "export_bad"), metrics_path=str(root / "bad.json"))
+    params = dataclasses.replace(params, out_dir=str(root / "export_bad"), metrics_path=str(root / "bad.json"),
+                                 detail_path=str(root / "bad.detail.json"))
     original = export.export_int8
 
     def perturbed(model, path, scratch):

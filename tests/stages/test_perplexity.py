@@ -24,7 +24,8 @@ def corpus(tmp_path_factory, one_torch_thread) -> tuple[Path, Path, list[dict]]:
     docs = synthetic_docs(NUM_DOCS, seed=2, noisy_share=0.25)
     docs_dir = write_docs(root / "docs", docs, rows_per_part=100)
     tokenizer.run(tokenizer.Params(input_dir=str(docs_dir), out_dir=str(root / "tok"),
-                                   metrics_path=str(root / "tok.json"), vocab_size=400))
+                                   metrics_path=str(root / "tok.json"),
+                                   detail_path=str(root / "tok.detail.json"), vocab_size=400))
     return docs_dir, root / "tok", docs
 
 
@@ -35,6 +36,7 @@ def make_params(tmp_path: Path, corpus, name: str = "run", **overrides) -> perpl
                                     **overrides.pop("reference", {}))
     settings = dict(input_dir=str(docs_dir), tokenizer_dir=str(tok_dir), out_dir=str(tmp_path / name / "out"),
                     model_dir=str(tmp_path / name / "model"), metrics_path=str(tmp_path / name / "metrics.json"),
+                    detail_path=str(tmp_path / name / "metrics.detail.json"),
                     plot_path=str(tmp_path / name / "hist.csv"), work_dir=str(tmp_path / name / "work"),
                     precision="fp32", val_fraction=0.1,
                     min_docs_per_lang=20, read_batch_docs=64, reference=reference)
@@ -86,7 +88,7 @@ def test_every_document_scored_tiered_and_sharded(first_run, corpus):
 
 def test_metrics_cutoffs_plot_and_model(first_run):
     params, metrics = first_run
-    assert json.loads(Path(params.metrics_path).read_text()) == metrics
+    assert json.loads(Path(params.detail_path).read_text()) == metrics
     assert metrics["num_docs"] == NUM_DOCS == sum(metrics[f"docs.{s}.{t}"] for s in SPLITS for t in TIERS)
     assert metrics["num_tokens"] == sum(metrics[f"tokens.{s}.{t}"] for s in SPLITS for t in TIERS)
     assert metrics["reference.trained"] == 1 and metrics["reference.final_loss"] < metrics["reference.first_loss"]
@@ -181,14 +183,16 @@ def test_reference_subset_without_scores_is_a_seeded_sample():
 def test_invalid_params_are_named(overrides, match):
     with pytest.raises(ValueError, match=match):
         perplexity.Params(input_dir="docs", tokenizer_dir="tok", out_dir="out", model_dir="model",
-                          metrics_path="metrics.json", plot_path="hist.csv", work_dir="work", **overrides)
+                          metrics_path="metrics.json",
+                          detail_path="metrics.detail.json", plot_path="hist.csv", work_dir="work", **overrides)
 
 
 def test_checkpoint_with_another_vocabulary_is_refused(tmp_path, first_run, corpus):
     params, _ = first_run
     other_tok = tmp_path / "tok"
     tokenizer.run(tokenizer.Params(input_dir=params.input_dir, out_dir=str(other_tok),
-                                   metrics_path=str(tmp_path / "t.json"), vocab_size=300))
+                                   metrics_path=str(tmp_path / "t.json"),
+                                   detail_path=str(tmp_path / "t.detail.json"), vocab_size=300))
     bad = dataclasses.replace(make_params(tmp_path, corpus, reference={"checkpoint": str(
         Path(params.model_dir) / "model.safetensors")}), tokenizer_dir=str(other_tok))
     with pytest.raises(ValueError, match="vocabulary 400"):

@@ -123,6 +123,7 @@ def test_distill_loss_is_zero_kl_for_identical_logits():
 def stage_params(inputs, tmp_path, **overrides) -> prune.Params:
     settings = dict(teacher_dir=str(inputs["teacher"]), tokens_dir=str(inputs["tokens"]),
                     out_dir=str(tmp_path / "pruned"), metrics_path=str(tmp_path / "prune.json"),
+                    detail_path=str(tmp_path / "prune.detail.json"),
                     checkpoint_dir=str(tmp_path / "ckpt"), num_threads=1, progress_bar=False,
                     precision="fp32", calibration_batches=2, mlp_schedule=(0.25, 0.5), head_schedule=(0.0, 0.5),
                     channel_multiple=8, distill=DistillParams(steps=4, batch_size=4))
@@ -132,7 +133,7 @@ def stage_params(inputs, tmp_path, **overrides) -> prune.Params:
 def test_run_writes_every_step_and_the_final_model(inputs, tmp_path):
     params = stage_params(inputs, tmp_path)
     metrics = prune.run(params)
-    assert json.loads((tmp_path / "prune.json").read_text()) == metrics
+    assert json.loads((tmp_path / "prune.detail.json").read_text()) == metrics
     step1 = load_checkpoint(tmp_path / "pruned" / "step_1" / CHECKPOINT_NAME).config
     final = load_checkpoint(tmp_path / "pruned" / CHECKPOINT_NAME).config
     assert (step1.ffn_dim, step1.num_heads) == (48, 4)
@@ -182,4 +183,5 @@ def test_checkpoints_of_another_configuration_are_not_resumed(inputs, tmp_path):
 def test_invalid_params_name_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
         prune.Params(teacher_dir="teacher", tokens_dir="tokens", out_dir="pruned", metrics_path="prune.json",
+                     detail_path="prune.detail.json",
                      checkpoint_dir="ckpt", **overrides)

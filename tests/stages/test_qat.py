@@ -158,7 +158,7 @@ def test_8_bit_weights_saturate_the_avx2_kernels(tmp_path, qemu):
 def test_run_writes_ptq_and_qat_and_qat_is_no_worse(inputs, tmp_path):
     params = tiny_qat_params(inputs["teacher"], inputs, tmp_path)
     metrics = qat.run(params)
-    assert json.loads((tmp_path / "qat.json").read_text()) == metrics
+    assert json.loads((tmp_path / "qat.detail.json").read_text()) == metrics
     for name in ("ptq", "qat"):
         quant_path = tmp_path / "qat" / name / "quant.safetensors"
         assert read_scheme(quant_path) == params.scheme

@@ -50,16 +50,20 @@ def pipeline(tmp_path: Path):
     write_jsonl(tmp_path / "raw" / "docs.jsonl", docs)
     c = clean.Params(input=str(tmp_path / "raw"), out_dir=str(tmp_path / "clean"),
                      metrics_path=str(tmp_path / "m" / "clean.json"),
+                     detail_path=str(tmp_path / "m" / "clean.detail.json"),
                      reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), work_dir=str(tmp_path / "w"),
                      num_workers=1)
     e = semantic_embed.Params(labels_path=str(labels), docs_dir=str(tmp_path / "clean" / "docs"),
                               out_dir=str(tmp_path / "emb"), metrics_path=str(tmp_path / "m" / "embed.json"),
+                              detail_path=str(tmp_path / "m" / "embed.detail.json"),
                               backend="torch", quantize=False, onnx_cache_dir="", max_length=128, num_threads=1)
     h = semantic_head.Params(embeddings_dir=e.out_dir, out_dir=str(tmp_path / "head"),
-                             metrics_path=str(tmp_path / "m" / "head.json"), min_labels_per_class=5, max_iter=50,
+                             metrics_path=str(tmp_path / "m" / "head.json"),
+                             detail_path=str(tmp_path / "m" / "head.detail.json"), min_labels_per_class=5, max_iter=50,
                              l2={"*": 1e-4})
     f = semantic_filter.Params(docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
                                out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m" / "filter.json"),
+                               detail_path=str(tmp_path / "m" / "filter.detail.json"),
                                work_dir=str(tmp_path / "wf"), target_precision=None)
     clean.run(c)
     semantic_embed.run(e)
@@ -95,7 +99,8 @@ def test_embeddings_out_of_step_are_refused(pipeline, tmp_path):
     other = tmp_path / "other_docs"
     write_jsonl(tmp_path / "raw2" / "d.jsonl", [{"id": "x", "text": EN_ARTICLES[1].format(n=5)}])
     clean.run(clean.Params(input=str(tmp_path / "raw2"), out_dir=str(other),
-                           metrics_path=str(tmp_path / "m2.json"), reasons_plot_path=str(tmp_path / "r2.csv"),
+                           metrics_path=str(tmp_path / "m2.json"),
+                           detail_path=str(tmp_path / "m2.detail.json"), reasons_plot_path=str(tmp_path / "r2.csv"),
                            work_dir=str(tmp_path / "w2"), num_workers=1))
     with pytest.raises(RuntimeError, match="out of step"):
         semantic_filter.run(dataclasses.replace(pipeline, docs_dir=str(other / "docs")))
@@ -165,13 +170,15 @@ def test_each_distinct_text_is_encoded_once():
                                          ({"*": "strong"}, "semantic_head.l2.\\*' must be a number")])
 def test_head_l2_param_is_checked(l2, message):
     with pytest.raises(ValueError, match=message):
-        semantic_head.Params(embeddings_dir="emb", out_dir="head", metrics_path="head.json", l2=l2)
+        semantic_head.Params(embeddings_dir="emb", out_dir="head", metrics_path="head.json",
+                             detail_path="head.detail.json", l2=l2)
 
 
 def test_head_l2_is_per_language(pipeline):
     """A language's own penalty trains its head; the others use "*". A huge penalty flattens the head."""
     h = semantic_head.Params(embeddings_dir=pipeline.embeddings_dir, out_dir=pipeline.head_dir,
                              metrics_path=str(Path(pipeline.head_dir).parent / "head2.json"),
+                             detail_path=str(Path(pipeline.head_dir).parent / "head2.detail.json"),
                              min_labels_per_class=5, max_iter=50, l2={"*": 1e-4, "en": 1e3})
     assert (h.l2_for("en"), h.l2_for("zh"), h.l2_for("*")) == (1e3, 1e-4, 1e-4)
     semantic_head.run(h)

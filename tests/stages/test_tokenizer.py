@@ -11,7 +11,9 @@ from tests.fixtures.lm_corpus import EN, ZH, synthetic_docs, write_docs
 def make_params(tmp_path: Path, **overrides) -> tokenizer.Params:
     docs_dir = write_docs(tmp_path / "docs", synthetic_docs(200), rows_per_part=70)  # several part files
     return tokenizer.Params(input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
-                            metrics_path=str(tmp_path / "metrics" / "tokenizer.json"), vocab_size=500, **overrides)
+                            metrics_path=str(tmp_path / "metrics" / "tokenizer.json"),
+                            detail_path=str(tmp_path / "metrics" / "tokenizer.detail.json"), vocab_size=500,
+                            **overrides)
 
 
 def test_trains_saves_and_reports(tmp_path):
@@ -24,7 +26,7 @@ def test_trains_saves_and_reports(tmp_path):
     assert tok.decode(tok.encode(EN + ZH).ids) == EN + ZH
     assert metrics["num_docs"] == metrics["num_train_docs"] == 200 and metrics["vocab_size"] == 500
     assert metrics["chars_per_token.en"] > 2 and metrics["chars_per_token.zh"] > 0.5  # zh: 25% random characters
-    assert json.loads(Path(params.metrics_path).read_text()) == metrics
+    assert json.loads(Path(params.detail_path).read_text()) == metrics
 
 
 def test_training_sample_is_seeded_and_bounded(tmp_path):
@@ -45,4 +47,5 @@ def test_training_sample_is_seeded_and_bounded(tmp_path):
 ])
 def test_invalid_params_are_named(overrides, match):
     with pytest.raises(ValueError, match=match):
-        tokenizer.Params(input_dir="docs", out_dir="tok", metrics_path="tokenizer.json", **overrides)
+        tokenizer.Params(input_dir="docs", out_dir="tok", metrics_path="tokenizer.json",
+                         detail_path="tokenizer.detail.json", **overrides)

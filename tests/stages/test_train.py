@@ -25,6 +25,7 @@ from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, Trai
 VOCAB = 256
 ROOT = Path(__file__).resolve().parents[2]
 PATHS = {"tokens_dir": "tokens", "model_dir": "model", "checkpoint_dir": "ckpt", "metrics_path": "train.json",
+         "detail_path": "train.detail.json",
          "steps_path": "steps.csv", "val_path": "val.csv"}  # named only: nothing is read or written
 
 
@@ -55,7 +56,9 @@ def tiny_params(tmp_path: Path, **overrides) -> train.Params:
         "tokens_dir": str(write_token_shards(tmp_path / "tokens")) if not (tmp_path / "tokens").exists()
         else str(tmp_path / "tokens"),
         "model_dir": str(tmp_path / "model"), "checkpoint_dir": str(tmp_path / "ckpt"),
-        "metrics_path": str(tmp_path / "metrics" / "train.json"), "steps_path": str(tmp_path / "metrics" / "steps.csv"),
+        "metrics_path": str(tmp_path / "metrics" / "train.json"),
+        "detail_path": str(tmp_path / "metrics" / "train.detail.json"),
+        "steps_path": str(tmp_path / "metrics" / "steps.csv"),
         "val_path": str(tmp_path / "metrics" / "val.csv"), "preset": "debug", "max_steps": 30, "micro_batch_size": 4,
         "gradient_accumulation_steps": 2, "precision": "fp32", "num_threads": 1, "progress_bar": False,
         "parallel": {"data_parallel_size": 1},
@@ -86,7 +89,9 @@ def test_run_writes_model_metrics_and_curves_and_lowers_validation_perplexity(tm
     assert metrics["num_skipped_steps"] == 0 and metrics["resumed_from_step"] == -1
     for tier in TIERS:
         assert metrics[f"val.{tier}.perplexity"] < metrics[f"val.{tier}.perplexity_start"], tier
-    assert json.loads((tmp_path / "metrics" / "train.json").read_text()) == pytest.approx(metrics)
+    assert json.loads((tmp_path / "metrics" / "train.detail.json").read_text()) == pytest.approx(metrics)
+    headline = json.loads((tmp_path / "metrics" / "train.json").read_text())  # what `dvc metrics show` lists
+    assert sorted(headline) == ["loss", "tokens_per_s", "val_ppl.easy", "val_ppl.hard", "val_ppl.medium"]
     steps = (tmp_path / "metrics" / "steps.csv").read_text().splitlines()
     assert steps[0].startswith("step,loss,lr,grad_norm,clip_threshold") and len(steps) == 31
     assert [int(line.split(",")[0]) for line in steps[1:]] == list(range(30))

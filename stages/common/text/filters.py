@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from stages.common.runtime.atomic import atomic_dir, write_json
+from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, _importable, map_shards, resolve_workers
+from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, PartWriter
 
 RESULTS_FILE = "results.parquet"  # a shard's result rows, one per document, in input order
@@ -83,7 +84,7 @@ class FilterStage(ABC):
     """A filter stage's run: see the module's docstring. Subclasses set `name` and `decider` and implement
     `documents`, `decider_args` and `verdict`; `payload`, `review` and `stage_metrics` are optional.
 
-    `params` needs the fields every filter stage has: out_dir, metrics_path, work_dir, batch_size,
+    `params` needs the fields every filter stage has: out_dir, metrics_path, detail_path, work_dir, batch_size,
     rows_per_part, executor, address, num_workers. Construct the stage right after `check_owned_paths`:
     the run's clock starts here."""
 
@@ -123,6 +124,12 @@ class FilterStage(ABC):
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """The stage's own metrics, given the common ones."""
         return {}
+
+    def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The figures `dvc metrics show` lists: documents read and kept (per language) and throughput."""
+        return {"num_read": metrics["num_read"], "num_kept": metrics["num_kept"],
+                **{f"kept.{lang}": n for lang, n in select(metrics, "kept").items()},
+                "docs_per_s": metrics["docs_per_s"]}
 
     def run(self, input_files: Sequence[str | Path]) -> dict[str, Any]:
         """Filter `documents()` into `out_dir`; write and return the metrics. `input_files`, the params and
@@ -176,7 +183,7 @@ class FilterStage(ABC):
             **{f"kept.{lang}": n for lang, n in sorted(self.kept_langs.items())},
         }
         metrics.update(self.stage_metrics(metrics))
-        write_json(p.metrics_path, metrics)
+        write_metrics(metrics, self.headline(metrics), p.metrics_path, p.detail_path)
         logging.getLogger(f"refinery.{self.name}").info(
             "%s: read %d, kept %d (%.1f%%), quarantined %d in %.1fs (%.0f docs/s)", self.name, num_read, num_kept,
             100 * metrics["pass_rate"], num_quarantined, seconds, metrics["docs_per_s"])

@@ -65,10 +65,13 @@ def test_inputs_count_by_size_and_time_or_by_the_bytes_given(tmp_path):
 
 
 TRAIN_PATHS = {"tokens_dir": "tokens", "model_dir": "model", "checkpoint_dir": "ckpt", "metrics_path": "train.json",
+               "detail_path": "train.detail.json",
                "steps_path": "steps.csv", "val_path": "val.csv"}
-CLEAN_PATHS = {"input": "raw", "out_dir": "out", "metrics_path": "clean.json", "reasons_plot_path": "reasons.csv",
+CLEAN_PATHS = {"input": "raw", "out_dir": "out", "metrics_path": "clean.json",
+               "detail_path": "clean.detail.json", "reasons_plot_path": "reasons.csv",
                "work_dir": "work"}
-COMPRESS_PATHS = {"tokens_dir": "tokens", "out_dir": "out", "metrics_path": "m.json", "checkpoint_dir": "ckpt"}
+COMPRESS_PATHS = {"tokens_dir": "tokens", "out_dir": "out", "metrics_path": "m.json",
+                  "detail_path": "m.detail.json", "checkpoint_dir": "ckpt"}
 TRAIN_PARALLEL = train.Params(**TRAIN_PATHS).parallel
 
 

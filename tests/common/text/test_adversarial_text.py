@@ -117,6 +117,7 @@ def test_slow_record_is_quarantined_and_accounted_for(tmp_path, monkeypatch):
 
     monkeypatch.setattr(clean, "normalize", slow_on_marker)
     params = clean.Params(input=str(raw), out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m.json"),
+                          detail_path=str(tmp_path / "m.detail.json"),
                           reasons_plot_path=str(tmp_path / "r.csv"), work_dir=str(tmp_path / "work"),
                           num_workers=1, record_time_budget_s=0.2)
     metrics = clean.run(params)
@@ -144,7 +145,8 @@ def test_time_budget_counts_cpu_time_not_waiting():
 
 def test_time_budget_param_is_checked():
     with pytest.raises(ValueError, match="clean.record_time_budget_s"):
-        clean.Params(input="raw", out_dir="out", metrics_path="m.json", reasons_plot_path="r.csv", work_dir="work",
+        clean.Params(input="raw", out_dir="out", metrics_path="m.json",
+                     detail_path="m.detail.json", reasons_plot_path="r.csv", work_dir="work",
                      record_time_budget_s=-1.0)
 
 

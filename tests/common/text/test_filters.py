@@ -26,6 +26,7 @@ DOCS = [
 class ToyParams:
     out_dir: str
     metrics_path: str
+    detail_path: str
     work_dir: str
     batch_size: int = 2
     rows_per_part: int = 100
@@ -96,6 +97,7 @@ class ToyFilter(FilterStage):
 
 def toy_params(tmp_path: Path, **overrides: Any) -> ToyParams:
     return ToyParams(out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "metrics.json"),
+                     detail_path=str(tmp_path / "metrics.detail.json"),
                      work_dir=str(tmp_path / "work"), **overrides)
 
 
@@ -118,7 +120,7 @@ def test_reasons_become_counters_and_quarantine_rows(tmp_path):
     assert metrics["num_read"] == 5 == metrics["num_kept"] + metrics["num_quarantined"]
     assert metrics["num_shards"] == 3 and metrics["num_shards_resumed"] == 0  # 5 documents, 2 a shard
     assert metrics["cpu_seconds.rules"] == 3.0  # the deciders' timings, summed over shards
-    assert json.loads(Path(params.metrics_path).read_text()) == metrics
+    assert json.loads(Path(params.detail_path).read_text()) == metrics
     assert (Path(params.out_dir) / "_SUCCESS").is_file() and not Path(params.work_dir).exists()
 
 

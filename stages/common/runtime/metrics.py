@@ -1,0 +1,34 @@
+"""Metrics files: the few headline figures people compare between runs, and the full detail beside them.
+
+A stage computes one flat dict of figures (`a.b.c` keys). `write_metrics` writes all of it to the stage's
+`detail_path`, an output the report reads, and a handful of headline figures to `metrics_path`, the file
+dvc.yaml declares as the stage's metrics: `dvc metrics show/diff` and `dvc exp show` stay one screen wide.
+Stages that report the same kind of figure use the same headline name (`num_read`, `kept.<lang>`,
+`docs_per_s`, `val_ppl.<tier>`, ...), so DVC puts them in one column.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from stages.common.runtime.atomic import write_json
+
+SIGNIFICANT_DIGITS = 4  # headline floats only; the detail file keeps full precision
+
+
+def rounded(value: Any) -> Any:
+    """A float to SIGNIFICANT_DIGITS significant digits (1051.416 -> 1051.0, 0.012345 -> 0.01235)."""
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if isinstance(value, float) else value
+
+
+def select(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The figures under `prefix.` with the prefix removed, in key order (`kept.` -> {"en": .., "zh": ..})."""
+    return {k[len(prefix) + 1:]: v for k, v in sorted(metrics.items()) if k.startswith(prefix + ".")}
+
+
+def write_metrics(metrics: Mapping[str, Any], headline: Mapping[str, Any], metrics_path: str | Path,
+                  detail_path: str | Path) -> None:
+    """Every figure to `detail_path`, the headline (floats rounded) to `metrics_path`."""
+    write_json(detail_path, dict(metrics))
+    write_json(metrics_path, {k: rounded(v) for k, v in headline.items()})
