@@ -41,9 +41,9 @@ table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}th,td{padding:3p
 text-align:left;vertical-align:top}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}td.n{white-space:nowrap}
 tr.family td{font-weight:600;background:#f3f6fa}tr.reason td:first-child{padding-left:22px}
 .bar{display:inline-block;height:9px;background:#0072B2;margin-right:4px;vertical-align:middle}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:10px}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(176px,1fr));gap:10px}
 .card{border:1px solid #dde3ea;border-radius:6px;padding:8px 12px;background:#fafcff}
-.card b{display:block;font-size:20px}.card span{color:#555;font-size:12px}
+.card b{display:block;font-size:18px}.card span{color:#555;font-size:12px}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:6px 16px}
 svg{max-width:100%;height:auto}.ex{white-space:pre-wrap;font:12px/1.4 ui-monospace,monospace;background:#f6f6f6;
 border-left:3px solid #bbb;padding:4px 8px;margin:4px 0;word-break:break-word}
@@ -110,8 +110,9 @@ def summary(fig: dict[str, Any]) -> str:
                       f"INT8 (QAT) against the final pruned FP32 model; perplexity "
                       f"{ratios.get('ratio.int8_ppl_vs_fp32', 0):.3f}×"))
     git = fig["lineage"]["git"]
-    commit = (git["commit"] or "no git checkout")[:12] + (" (uncommitted changes)" if git["dirty"] else "")
-    cards.append((commit, f"git revision; stages' wall time {num(sum(s for _, s in fig['timings']))} s"))
+    cards.append(((git["commit"] or "no git checkout")[:10],
+                  "git revision" + (", with uncommitted changes to tracked files" if git["dirty"] else "")))
+    cards.append((f"{num(sum(s for _, s in fig['timings']))} s", "wall time of the stages, summed (see Lineage)"))
     body = "".join(f"<div class=card><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in cards)
     return f"<div class=cards>{body}</div>"
 
