@@ -269,7 +269,7 @@ def run(params: Params) -> dict[str, Any]:
                     metrics[f"{row['model']}.{key}"] = value
         metrics.update(ratios(rows))
         samples = generate_samples(fp32_path, int8_path, params)
-        write_json(out / "samples.json", samples)
+        (out / "samples.json").write_text(json.dumps(samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         cfg = final.config
         shape = {"num_params": final.num_params(), "dim": cfg.dim, "num_layers": cfg.num_layers,
                  "num_heads": cfg.num_heads, "kv_heads": cfg.kv_heads, "hidden_dim": cfg.hidden_dim,
