@@ -8,7 +8,7 @@ the semantic filter's thresholds and validation scores; perplexity histograms wi
 documents per tier; training curves; every model of the compression chain with its generation samples;
 lineage (git revision, params digest, the dvc.lock digests of the inputs, library versions, machine, stage
 wall times). It reads the stages' outputs only (Parquet columns it needs, metrics, CSVs) and imports no
-torch: it runs in about a second.
+torch: on the demo run it takes about a second of CPU (bench/report.py).
 """
 from __future__ import annotations
 
