@@ -9,6 +9,7 @@ Outputs:
     <out_dir>/onnx/report/*.onnx       the other models the report measures
     <out_dir>/hf/                      config.json, model.safetensors, tokenizer files, README.md (model card):
                                        loads with transformers as LlamaForCausalLM (the final pruned FP32 model)
+    <out_dir>/samples.json             what `generate` prints for each of `sample_prompts`, FP32 and INT8 ONNX
     <metrics_path>                     per model: parameters, file bytes, latency, throughput, perplexity per
                                        tier; parity (the INT8 check fails the stage); ratios between the
                                        models (file size, latency, throughput, perplexity)
@@ -24,7 +25,7 @@ import logging
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ from stages.common.lm.evaluation import tier_perplexity
 from stages.common.lm.hf import write_hf_folder
 from stages.common.lm.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transformer, load_checkpoint
 from stages.common.lm.token_shards import TIERS, open_tiers
+from stages.common.report.card import model_card
+from stages.common.report.data import read_funnel
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.metrics import write_metrics
@@ -78,6 +81,9 @@ class Params:
     qat_dir: str  # qat/ and ptq/ (model + quant state)
     tokenizer_dir: str
     tokens_dir: str  # val/{easy,medium,hard} shards score every model
+    clean_dir: str  # the clean stage's docs/ and quarantine/: the model card's data funnel
+    filtered_dir: str  # the semantic_filter stage's docs/ and quarantine/
+    docs_dir: str  # the perplexity stage's docs: languages, tiers, splits and tokens of the training data
     out_dir: str
     metrics_path: str  # headline figures (DVC metrics)
     detail_path: str  # every figure: per model, parity, ratios
@@ -98,6 +104,8 @@ class Params:
     int8_max_relative_diff: float = param(0.05, gt=0.0)  # max |logit difference| / max |logit|, at most
     ort_dynamic_baseline: bool = True  # also measure onnxruntime's quantize_dynamic of the FP32 ONNX
     generate: GenerateParams = field(default_factory=GenerateParams)
+    # continued by the FP32 and the INT8 model with `generate`'s settings: samples.json, the card and the report
+    sample_prompts: tuple[str, ...] = ("The", "我们")
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
@@ -191,37 +199,10 @@ def measure(rows: dict[str, dict[str, Any]], params: Params, vocab_size: int, se
         row["tokens_per_s_b8"] = round(params.throughput_batch_size * seq_len / min(b8[name]), 1)
 
 
-def model_card(metrics: dict[str, Any], table: list[dict[str, Any]], params: Params, sample: str) -> str:
-    lines = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [llama, refinery, pruned]",
-             "---", "", "# Refinery demo LM (pruned)", "",
-             "A small Llama-style decoder trained by the Refinery pipeline on its demo corpus, structurally pruned "
-             "(MLP channels and attention heads) with distillation from the trained model. This folder holds the "
-             "FP32 pruned model for `transformers`; the INT8 (QAT) ONNX model sits next to it in `../onnx/`.", "",
-             "```python", "from transformers import AutoTokenizer, LlamaForCausalLM",
-             "tok = AutoTokenizer.from_pretrained(path); model = LlamaForCausalLM.from_pretrained(path)", "```", "",
-             f"Measured with onnxruntime, {params.num_threads} threads, batch 1 x {params.latency_seq_len} tokens "
-             f"(latency: fastest run) and batch {params.throughput_batch_size} (throughput); validation perplexity per tier "
-             "(easy / medium / hard by the reference LM's perplexity).", "",
-             "| model | precision | params | file MB | latency ms | tokens/s | ppl easy | ppl medium | ppl hard | ppl all |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in table:
-        lines.append(f"| {r['model']} | {r['precision']} | {r['num_params']:,} | {r['file_mb']:.2f} | "
-                     f"{r['latency_ms_b1']:.2f} | {r['tokens_per_s_b8']:,.0f} | {r['val_ppl_easy']:.2f} | "
-                     f"{r['val_ppl_medium']:.2f} | {r['val_ppl_hard']:.2f} | {r['val_ppl_all']:.2f} |")
-    lines += ["", f"INT8 (QAT) against the FP32 model it came from: file {metrics['ratio.int8_file_vs_fp32']:.2f} of "
-              f"the size, latency {metrics['ratio.int8_latency_vs_fp32_b1']:.2f}x, throughput "
-              f"{metrics['ratio.int8_throughput_vs_fp32_b8']:.2f}x, validation perplexity "
-              f"{metrics['ratio.int8_ppl_vs_fp32']:.3f}x.", "",
-              f"The INT8 model was checked against the quantization-aware model it was exported from on "
-              f"{metrics['parity.int8_positions']:,} validation positions ({metrics['parity.int8_kernels']} integer "
-              f"kernels): argmax agreement {metrics['parity.int8_argmax_agreement']:.4f}.", "",
-              f"Sample (INT8 ONNX, prompt {params.generate.prompt!r}): {sample!r}", ""]
-    return "\n".join(lines)
-
-
 def run(params: Params) -> dict[str, Any]:
     check_owned_paths(STAGE, {k: getattr(params, k) for k in ("teacher_dir", "pruned_dir", "qat_dir", "tokenizer_dir",
-                                                         "tokens_dir")}, {"out_dir": params.out_dir})
+                                                         "tokens_dir", "clean_dir", "filtered_dir", "docs_dir")},
+                      {"out_dir": params.out_dir})
     start = time.perf_counter()
     torch.set_num_threads(params.num_threads)
     teacher = load_checkpoint(Path(params.teacher_dir) / CHECKPOINT_NAME).eval()
@@ -289,8 +270,18 @@ def run(params: Params) -> dict[str, Any]:
                 if key not in ("model", "precision"):
                     metrics[f"{row['model']}.{key}"] = value
         metrics.update(ratios(rows))
-        sample = generate_text(int8_path, params.tokenizer_dir, params.generate, params.num_threads)
-        (hf_dir / "README.md").write_text(model_card(metrics, table, params, sample), encoding="utf-8")
+        samples = generate_samples(fp32_path, int8_path, params)
+        (out / "samples.json").write_text(json.dumps(samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        cfg = final.config
+        shape = {"num_params": final.num_params(), "dim": cfg.dim, "num_layers": cfg.num_layers,
+                 "num_heads": cfg.num_heads, "kv_heads": cfg.kv_heads, "hidden_dim": cfg.hidden_dim,
+                 "vocab_size": cfg.vocab_size, "max_seq_len": cfg.max_seq_len}
+        timing = {"num_threads": params.num_threads, "latency_seq_len": seq_len,
+                  "throughput_batch_size": params.throughput_batch_size}
+        card = model_card(model=shape, funnel=read_funnel(params.clean_dir, params.filtered_dir, params.docs_dir),
+                          table=table, metrics=metrics, timing=timing, samples=samples,
+                          eos_token=bpe.eos_token_of(params.tokenizer_dir))
+        (hf_dir / "README.md").write_text(card, encoding="utf-8")
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     write_csv(params.plot_path, TABLE_COLUMNS, [[row[c] for c in TABLE_COLUMNS] for row in table])
@@ -360,6 +351,17 @@ def generate_text(model_path: str | Path, tokenizer_dir: str, g: GenerateParams,
             break
         new.append(token)
     return g.prompt + tokenizer.decode(new)
+
+
+def generate_samples(fp32_path: Path, int8_path: Path, params: Params) -> dict[str, Any]:
+    """What `generate` prints for each sample prompt from the FP32 and the INT8 model (same seed)."""
+    decoding = {k: v for k, v in asdict(params.generate).items() if k != "prompt"}
+    samples = []
+    for prompt in params.sample_prompts:
+        g = replace(params.generate, prompt=prompt)
+        samples.append({"prompt": prompt, **{name: generate_text(path, params.tokenizer_dir, g, params.num_threads)
+                                             for name, path in (("fp32", fp32_path), ("int8", int8_path))}})
+    return {"decoding": decoding, "samples": samples}
 
 
 def generate_main(argv: list[str]) -> None:

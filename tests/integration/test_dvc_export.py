@@ -12,6 +12,7 @@ import yaml
 from tests.conftest import BIN, init_dvc_repo, sh
 from tests.fixtures.compress import make_inputs
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.fixtures.report import write_datasets
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -23,6 +24,7 @@ def dvc_repo(repo_copy: Path, tmp_path: Path) -> Path:
     for key, dst in (("teacher", params["prune"]["teacher_dir"]), ("tokenizer", params["export"]["tokenizer_dir"]),
                      ("tokens", params["prune"]["tokens_dir"])):
         shutil.copytree(inputs[key], repo_copy / dst)
+    write_datasets(repo_copy)  # data/clean, data/semantic_filter, data/perplexity/docs: the model card's funnel
     params["prune"].update(num_threads=1, precision="fp32", calibration_batches=2, mlp_schedule=[0.5, 0.5],
                            head_schedule=[0.0, 0.5], channel_multiple=8)
     params["prune"]["distill"].update(steps=3, batch_size=4)
@@ -35,19 +37,22 @@ def dvc_repo(repo_copy: Path, tmp_path: Path) -> Path:
 
 
 def test_repro_prune_qat_export_then_nothing_to_do(dvc_repo: Path):
-    # --downstream: the chain from prune on; its inputs (trained model, tokenizer, shards) are already in place
-    out = sh([str(BIN / "dvc"), "repro", "--downstream", "prune"], dvc_repo)
+    # --single-item: the chain from prune to export; its inputs (trained model, tokenizer, shards, datasets) are
+    # already in place, and the report after it would need every upstream stage's metrics
+    chain = [str(BIN / "dvc"), "repro", "--single-item", "prune", "qat", "export"]
+    out = sh(chain, dvc_repo)
     for stage in ("prune", "qat", "export"):
         assert f"Running stage '{stage}'" in out
     metrics = json.loads((dvc_repo / "metrics" / "export.json").read_text())
     assert metrics["parity.fp32_max_abs_diff"] < 1e-4 and metrics["half_mlp.step"] == 1
     for path in ("models/pruned/step_2/model.safetensors", "models/qat/qat/quant.safetensors",
-                 "models/export/onnx/model.int8.onnx", "models/export/hf/config.json", "metrics/export.csv"):
+                 "models/export/onnx/model.int8.onnx", "models/export/hf/config.json", "models/export/samples.json",
+                 "metrics/export.csv"):
         assert (dvc_repo / path).is_file(), path
     lock = yaml.safe_load((dvc_repo / "dvc.lock").read_text())
     assert {"prune", "qat", "export"} <= set(lock["stages"])
 
-    again = sh([str(BIN / "dvc"), "repro", "--downstream", "prune"], dvc_repo)
+    again = sh(chain, dvc_repo)
     assert "Running stage" not in again
 
     shown = json.loads(sh([str(BIN / "dvc"), "metrics", "show", "--json", "metrics/export.json"], dvc_repo))

@@ -18,6 +18,7 @@ from stages.common.lm.model import Transformer, preset
 from tests.conftest import load_bench
 from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.fixtures.report import write_datasets
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB = 97
@@ -76,9 +77,11 @@ def chain(tmp_path_factory, one_torch_thread):
     inputs = make_inputs(root / "inputs")
     prune.run(tiny_prune_params(inputs, root))
     qat.run(tiny_qat_params(root / "pruned", inputs, root))
+    datasets = write_datasets(root / "data")  # the funnel of the model card
     params = export.Params(
         teacher_dir=str(inputs["teacher"]), pruned_dir=str(root / "pruned"),
         qat_dir=str(root / "qat"), tokenizer_dir=str(inputs["tokenizer"]), tokens_dir=str(inputs["tokens"]),
+        clean_dir=str(datasets["clean"]), filtered_dir=str(datasets["filtered"]), docs_dir=str(datasets["docs"]),
         out_dir=str(root / "export"), metrics_path=str(root / "export.json"),
         detail_path=str(root / "export.detail.json"), plot_path=str(root / "export.csv"),
         num_threads=1, latency_runs=2, latency_rounds=1, val_batches=2,
@@ -109,8 +112,14 @@ def test_run_exports_measures_and_reports(chain):
     assert table[0].startswith("model,precision") and [line.split(",")[0] for line in table[1:]] == rows
     assert json.loads((root / "export.detail.json").read_text()) == metrics
     card = (out / "hf" / "README.md").read_text()
-    assert "| qat_int8 | int8 |" in card and "LlamaForCausalLM" in card
-    assert f"file {metrics['ratio.int8_file_vs_fp32']:.2f} of the size" in card and "floor" not in card.lower()
+    assert "| qat_int8 | int8 |" in card and "LlamaForCausalLM" in card and "floor" not in card.lower()
+    assert f"({metrics['ratio.int8_file_vs_fp32']:.2f} of the size)" in card
+    assert "| read | 46 |" in card and "language: [en, zh]" in card  # the datasets of write_datasets
+    samples = json.loads((out / "samples.json").read_text())
+    assert [s["prompt"] for s in samples["samples"]] == list(params.sample_prompts)
+    assert all(s["fp32"].startswith(s["prompt"]) and s["int8"].startswith(s["prompt"]) for s in samples["samples"])
+    assert samples["decoding"]["max_new_tokens"] == 8
+    assert f"| {samples['samples'][0]['prompt']!r} | {samples['samples'][0]['fp32']!r} |" in card
 
 
 def chain_rows(half_step: int = 2, final_step: int = 10) -> dict[str, dict]:
@@ -170,7 +179,7 @@ def test_hf_folder_of_the_run_loads_with_auto_classes(chain):
 
 def test_generate_command_samples_from_the_onnx_model(chain, tmp_path, capsys):
     root, params, _ = chain
-    section = {k: v for k, v in dataclasses.asdict(params).items()}
+    section = json.loads(json.dumps(dataclasses.asdict(params)))  # tuples as lists, as YAML has them
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"export": section}))
     export.main(["generate", "--params", str(tmp_path / "params.yaml"), "--prompt", "the river", "--seed", "1",
                  "--max-new-tokens", "6"])
