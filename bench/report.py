@@ -95,7 +95,8 @@ def main() -> None:
         scratch = Path(tmp)
         page = scratch / "index.html"
         params_file = scratch / "params.yaml"
-        params_file.write_text(yaml.safe_dump({"report": {**section, "out_path": str(page)}}, allow_unicode=True))
+        section = {**section, "out_path": str(page), "funnel_path": str(scratch / "funnel.csv")}
+        params_file.write_text(yaml.safe_dump({"report": section}, allow_unicode=True))
         runs, cpu = time_command(params_file, args.runs)
         text = page.read_text(encoding="utf-8")
         results = {

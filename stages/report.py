@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.common.report import data, html, lineage
-from stages.common.runtime.atomic import atomic_path
+from stages.common.runtime.atomic import atomic_path, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.params import param, validate
 
@@ -43,6 +43,7 @@ class Params:
     params_path: str  # digested for the lineage, not a DVC dep (the stages' own sections are)
     lock_path: str  # dvc.lock: the digests of the inputs; read, not a DVC dep (DVC rewrites it after each stage)
     out_path: str
+    funnel_path: str  # the funnel as CSV (step, lang, docs): `dvc plots show` draws it
     title: str = param("Refinery run report", nonempty=True)
     example_reasons: int = param(2, min=0)  # drop reasons with examples: the most frequent of each family and stage
     examples_per_reason: int = param(3, min=0)
@@ -121,6 +122,15 @@ def gather(params: Params) -> dict[str, Any]:
     }
 
 
+def funnel_rows(funnel: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """(step, language, documents), steps in pipeline order; `all` for every language together."""
+    rows = []
+    for step in funnel["steps"]:
+        rows.append((step["step"], "all", step["total"]))
+        rows += [(step["step"], lang, n) for lang, n in sorted(step["by_lang"].items())]
+    return rows
+
+
 def run(params: Params) -> dict[str, Any]:
     start = time.perf_counter()
     figures = gather(params)
@@ -128,6 +138,7 @@ def run(params: Params) -> dict[str, Any]:
     page = html.page(figures)
     with atomic_path(params.out_path) as tmp:
         tmp.write_text(page, encoding="utf-8")
+    write_csv(params.funnel_path, ["step", "lang", "docs"], funnel_rows(figures["funnel"]))
     result = {"bytes": len(page.encode()), "seconds": round(time.perf_counter() - start, 3)}
     log.info("report: %s (%d KB) in %.2f s", params.out_path, result["bytes"] // 1024, result["seconds"])
     return result

@@ -32,7 +32,8 @@ def make_params(root: Path, **overrides) -> report.Params:
         metrics_dir="metrics/detail", hist_path="metrics/perplexity_hist.csv",
         train_steps_path="metrics/train_steps.csv", train_val_path="metrics/train_val.csv",
         export_table_path="metrics/export.csv", samples_path="models/export/samples.json",
-        params_path="params.yaml", lock_path="dvc.lock", out_path="reports/index.html", **overrides)
+        params_path="params.yaml", lock_path="dvc.lock", out_path="reports/index.html",
+        funnel_path="metrics/funnel.csv", **overrides)
 
 
 @pytest.fixture
@@ -41,6 +42,9 @@ def page(tmp_path, monkeypatch) -> str:
     result = report.run(make_params(tmp_path))
     text = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
     assert result["bytes"] == len(text.encode())
+    funnel = (tmp_path / "metrics" / "funnel.csv").read_text(encoding="utf-8").splitlines()  # `dvc plots show`
+    assert funnel[:3] == ["step,lang,docs", "read,all,46", "kept by clean,all,27"]
+    assert "kept by semantic_filter,en,12" in funnel and "kept by semantic_filter,zh,9" in funnel
     return text
 
 
