@@ -40,6 +40,7 @@ from stages.common.compress.onnx_runtime import (
     latency,
     optimize_onnx,
     ort_token_nll,
+    quantizer_notes_silenced,
     run_logits,
     session,
 )
@@ -262,7 +263,8 @@ def run(params: Params) -> dict[str, Any]:
         rows["qat_int8"] = {"path": int8_path, "precision": "int8", "num_params": qat.model.num_params()}
         if params.ort_dynamic_baseline:
             dynamic = report_dir / "ort_dynamic.int8.onnx"
-            quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
+            with quantizer_notes_silenced():
+                quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
             rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
         for name, row in rows.items():
             row["file_mb"] = round(Path(row["path"]).stat().st_size / 2**20, 4)

@@ -180,12 +180,14 @@ def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monk
     params_path.write_text(yaml.safe_dump({stage: {**read_params(ROOT / "params.yaml")[stage], **section}}))
     calls = []
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.setattr(subprocess, "run",
-                        lambda argv, check: calls.append(argv) or subprocess.CompletedProcess(argv, 0))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda argv, check, env: calls.append((argv, env))
+                        or subprocess.CompletedProcess(argv, 0))
     with pytest.raises(SystemExit) as exit_code:
         importlib.import_module(f"stages.{stage}").main(["--params", str(params_path)])
     assert exit_code.value.code == 0
-    (argv,) = calls
+    ((argv, env),) = calls
+    assert env["OMP_NUM_THREADS"] == "1"  # what torchrun would set, without its banner saying so
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     assert f"--nproc-per-node={processes}" in argv and "--max-restarts=3" in argv
     assert argv[-4:] == ["-m", f"stages.{stage}", "--params", str(params_path)]  # one argument, spaces and all

@@ -67,4 +67,7 @@ def stage_main(stage: str, params_cls: type, run: Callable[[Any], Any], doc: str
         return
     command = torchrun_argv(stage, num_processes, max_restarts, args.params)
     log.info("launching %s", " ".join(command))
-    sys.exit(subprocess.run(command, check=False).returncode)
+    # torchrun gives each worker OMP_NUM_THREADS=1 when it is unset, and says so in a four-line banner on
+    # every launch; the workers set their own thread count anyway (training.parallel.set_cpu_threads).
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    sys.exit(subprocess.run(command, check=False, env=env).returncode)
