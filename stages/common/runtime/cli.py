@@ -40,12 +40,12 @@ def torchrun_argv(stage: str, num_processes: int, max_restarts: int, params_path
 
 def stage_main(stage: str, params_cls: type, run: Callable[[Any], Any], doc: str | None,
                argv: list[str] | None = None, torchrun: Callable[[Any], tuple[int, int]] | None = None,
-               check: Callable[[Any], None] | None = None) -> None:
+               check: Callable[[Any], None] | None = None, epilog: str | None = None) -> None:
     """Parse `--params`, load the stage's section and run it. With `torchrun` (params -> (processes,
     max restarts)), outside a torchrun worker: first `check(params)` (what each worker checks when it
     starts: inputs, outputs), then launch the workers and exit with torchrun's status."""
     description = " ".join((doc or stage).split("\n\n")[0].split())  # the docstring's first paragraph
-    parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}", description=description)
+    parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}", description=description, epilog=epilog)
     parser.add_argument("--params", default="params.yaml", help=f"params file (section `{stage}`)")
     args = parser.parse_args(argv)
     rank = f" [rank {os.environ['RANK']}]" if "RANK" in os.environ else ""
