@@ -1,4 +1,5 @@
 # Refinery: `make demo` runs the pipeline on the bundled demo corpus; `make test` runs the test suite.
+# `make install` also puts the `refinery` command (`refinery --help`) in .venv/bin.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,10 +15,13 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 install: $(STAMP)
 
-$(STAMP): requirements.lock
+# The pinned set from requirements.lock, then this checkout itself (editable, no further dependencies):
+# the `refinery` command on the venv's PATH.
+$(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 # Initialise git and DVC where this checkout is not yet a repo of either (e.g. an unpacked archive).
@@ -26,7 +30,9 @@ $(STAMP): requirements.lock
 	$(BIN)/dvc init --quiet
 	$(BIN)/dvc config core.analytics false
 
+# `refinery check` first: a mistake in params.yaml stops here, before DVC removes any output.
 demo: install .dvc/config
+	$(BIN)/refinery check
 	$(BIN)/dvc config core.analytics false
 	$(BIN)/dvc repro
 	@echo

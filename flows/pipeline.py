@@ -27,6 +27,7 @@ from prefect.runtime import flow_run
 
 from flows import experiment as exp_worktree
 from flows.artifacts import comparison_rows, link, markdown_table, publish_stage, read_metrics
+from flows.check import check_workspace
 from flows.commands import CommandFailed, dvc, run
 from flows.config import FlowsConfig, load_config, resolve_workspace, workspace_params
 from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
@@ -85,6 +86,7 @@ def prepare_experiment(workspace: Path, exp_dir: Path, overrides: list[str]) -> 
         exp_worktree.set_params(exp_dir, overrides)
         log.info("parameters for this experiment: %s", " ".join(overrides))
     run(dvc("checkout", "--allow-missing"), exp_dir, log)
+    check_workspace(exp_dir, log)  # the experiment's params.yaml, overrides included, before any stage runs
     return stages_in_order(exp_dir)
 
 
@@ -168,6 +170,7 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
     with workspace_lock(root, owner, cfg.lock_wait_s, log):
         if as_experiment:
             return _run_experiment(root, cfg, overrides, name)
+        check_workspace(root, log)  # params.yaml and its inputs, before DVC removes any output
         stages = stages_in_order(root)
         runs = _reproduce_all(root, stages, cfg)
         _report(root, root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")

@@ -24,6 +24,7 @@ from prefect.runtime import flow_run
 
 from flows import registry
 from flows.artifacts import flatten, markdown_table, read_metrics
+from flows.check import check_workspace
 from flows.commands import dvc, run
 from flows.config import (
     ROOT,
@@ -145,6 +146,7 @@ def retrain(force: bool = False) -> dict[str, Any]:
     log = get_run_logger()
     owner = f"flow run {flow_run.get_name()!r} ({flow_run.get_id()})"
     with workspace_lock(root, owner, cfg.lock_wait_s, log):
+        check_workspace(root, log)  # params.yaml and its inputs, before DVC removes any output
         params = workspace_params(root)
         raw_inputs = [resolve(r, params) for r in cfg.retrain.raw_inputs]
         new_data = detect_new_data(root, raw_inputs)

@@ -171,10 +171,13 @@ def deployments(workspace: Path) -> list:
     ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=int(os.environ.get("REFINERY_PREFECT_PORT", "4200")))
-    parser.add_argument("--workspace", type=Path, default=ROOT, help="the DVC repository the flows run on")
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("REFINERY_PREFECT_PORT", "4200")),
+                        help="the server's port on 127.0.0.1 (default: $REFINERY_PREFECT_PORT, else 4200)")
+    parser.add_argument("--workspace", type=Path, default=ROOT,
+                        help="the DVC repository the flows run on (default: this checkout; `refinery serve`: the "
+                             "current folder)")
     parser.add_argument("--attach", action="store_true",
                         help="use the server already on --port (credentials: PREFECT_API_AUTH_STRING, else "
                              "the stored file) instead of starting one")

@@ -33,7 +33,7 @@ import pyarrow as pa
 from stages.common.runtime.atomic import check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import check_executor, resolve_workers  # noqa: F401 (bench/clean.py uses it)
-from stages.common.runtime.params import param, validate
+from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 from stages.common.text.langid import LANGUAGES, LanguageIdentifier
@@ -214,15 +214,18 @@ class CleanStage(FilterStage):
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
-        self.files = list_input_files(params.input, params.pattern)
+        try:
+            self.files = list_input_files(params.input, params.pattern)
+        except ValueError as e:  # no input file, or one it cannot name: the user's to fix, in one line
+            raise ConfigError(f"param 'clean.input': {e}") from None
         log.info("clean: %d input file(s), executor %s, %d worker(s)", len(self.files), params.executor,
                  self.num_workers)
         raws = iter_raw(self.files, params.max_record_bytes)
         first = next(raws, None)  # before the work folder or any output is touched
         if first is None and not params.allow_empty_input:
-            raise ValueError(f"param 'clean.input': {params.input!r} holds no records ({len(self.files)} file(s), "
-                             "empty or blank lines only); set 'clean.allow_empty_input: true' to publish an empty "
-                             "dataset")
+            raise ConfigError(f"param 'clean.input': {params.input!r} holds no records ({len(self.files)} file(s), "
+                              "empty or blank lines only); set 'clean.allow_empty_input: true' to publish an empty "
+                              "dataset")
         self.raws = itertools.chain([first] if first else [], raws)
         self.index = DedupIndex(params.dedup, params.seed)
 

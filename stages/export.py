@@ -41,6 +41,7 @@ from stages.common.compress.onnx_runtime import (
     latency,
     optimize_onnx,
     ort_token_nll,
+    quantizer_notes_silenced,
     run_logits,
     session,
 )
@@ -53,9 +54,10 @@ from stages.common.lm.token_shards import TIERS, open_tiers
 from stages.common.report.card import model_card
 from stages.common.report.data import read_funnel
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
-from stages.common.runtime.cli import stage_main
+from stages.common.runtime.check import missing_input
+from stages.common.runtime.cli import config_error, stage_main
 from stages.common.runtime.metrics import write_metrics
-from stages.common.runtime.params import load_section, param, validate
+from stages.common.runtime.params import ConfigError, load_section, param, validate
 
 log = logging.getLogger("refinery.export")
 STAGE = "export"
@@ -245,7 +247,8 @@ def run(params: Params) -> dict[str, Any]:
         rows["qat_int8"] = {"path": int8_path, "precision": "int8", "num_params": qat.model.num_params()}
         if params.ort_dynamic_baseline:
             dynamic = report_dir / "ort_dynamic.int8.onnx"
-            quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
+            with quantizer_notes_silenced():
+                quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
             rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
         for name, row in rows.items():
             row["file_mb"] = round(Path(row["path"]).stat().st_size / 2**20, 4)
@@ -365,22 +368,38 @@ def generate_samples(fp32_path: Path, int8_path: Path, params: Params) -> dict[s
 
 
 def generate_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m stages.export generate",
-                                     description="Sample text from the exported ONNX model.")
-    parser.add_argument("--params", default="params.yaml", help="params file (section `export`: paths and defaults)")
-    parser.add_argument("--model", help=f"ONNX file (default: <export.out_dir>/onnx/{INT8_NAME})")
-    parser.add_argument("--prompt")
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--top-k", type=int)
-    parser.add_argument("--seed", type=int)
+    parser = argparse.ArgumentParser(
+        prog="python -m stages.export generate",
+        description="Sample a continuation of a prompt from the exported ONNX model (the INT8 one by default), "
+                    "with the tokenizer and defaults of params.yaml's `export` section; prints the text.")
+    parser.add_argument("--params", default="params.yaml",
+                        help="params file: export.out_dir, export.tokenizer_dir, export.generate.* (default: "
+                             "params.yaml)")
+    parser.add_argument("--model", help=f"ONNX model file (default: <export.out_dir>/onnx/{INT8_NAME}; "
+                                        f"<export.out_dir>/onnx/{FP32_NAME} is the FP32 one)")
+    parser.add_argument("--prompt", help="text to continue (default: export.generate.prompt)")
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="tokens to add at most; sampling also stops at the end-of-document token (default: "
+                             "export.generate.max_new_tokens)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature; 0 = greedy, always the likeliest "
+                                                          "token (default: export.generate.temperature)")
+    parser.add_argument("--top-k", type=int, help="sample among the k likeliest tokens; 0 = the whole vocabulary "
+                                                  "(default: export.generate.top_k)")
+    parser.add_argument("--seed", type=int, help="random seed: the same seed, prompt and model give the same text "
+                                                 "(default: export.generate.seed)")
     args = parser.parse_args(argv)
-    params = load_section(STAGE, Params, args.params)
-    g = params.generate
     overrides = {"prompt": args.prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                  "top_k": args.top_k, "seed": args.seed}
-    g = GenerateParams(**{**g.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
-    model = args.model or str(Path(params.out_dir) / "onnx" / INT8_NAME)
+    try:
+        params = load_section(STAGE, Params, args.params)
+        g = replace(params.generate, **{k: v for k, v in overrides.items() if v is not None})
+        model = args.model or str(Path(params.out_dir) / "onnx" / INT8_NAME)
+        if not Path(model).is_file():
+            raise ConfigError(missing_input(STAGE, "out_dir", model) if args.model is None else
+                              f"--model {model}: no such file")
+        check_owned_paths(STAGE, {"tokenizer_dir": params.tokenizer_dir}, {})
+    except ValueError as e:  # params, or a model not exported yet: one line
+        config_error(e)
     print(generate_text(model, params.tokenizer_dir, g, params.num_threads))
 
 
@@ -398,7 +417,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["generate"]:
         generate_main(argv[1:])
         return
-    stage_main(STAGE, Params, run, __doc__, argv)
+    stage_main(STAGE, Params, run, __doc__, argv,
+               epilog="`python -m stages.export generate --help`: sample text from the exported model.")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ class Params:
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
+        self.distill.check_processes(STAGE, self.nproc_per_node)
         if not self.mlp_schedule or len(self.mlp_schedule) != len(self.head_schedule):
             raise ValueError("params 'prune.mlp_schedule' and 'prune.head_schedule' need the same, non-zero length")
         for name in ("mlp_schedule", "head_schedule"):
@@ -124,10 +125,21 @@ def _broadcast_keep(keep: Keep) -> Keep:
     return keep
 
 
-def run(params: Params) -> dict[str, Any] | None:
-    """Prune on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+def processes(params: Params) -> tuple[int, int]:
+    """What `python -m stages.prune` launches torchrun with: processes and restart budget."""
+    return params.nproc_per_node, params.max_restarts
+
+
+def check_paths(params: Params) -> None:
+    """Inputs exist and outputs are this stage's to replace (ConfigError otherwise): first thing in every
+    worker, and before torchrun starts them."""
     check_owned_paths(STAGE, {"teacher_dir": params.teacher_dir, "tokens_dir": params.tokens_dir},
                       {"out_dir": params.out_dir})
+
+
+def run(params: Params) -> dict[str, Any] | None:
+    """Prune on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+    check_paths(params)
     start = time.perf_counter()
     env = init_distributed(params.device)
     set_cpu_threads(env, params.num_threads)
@@ -222,7 +234,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv, torchrun=lambda p: (p.nproc_per_node, p.max_restarts))
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_paths)
 
 
 if __name__ == "__main__":

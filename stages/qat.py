@@ -90,6 +90,7 @@ class Params:
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
+        self.distill.check_processes(STAGE, self.nproc_per_node)
 
 
 def sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
@@ -113,10 +114,21 @@ def fingerprint(params: Params, model_file: Path) -> str:
     return digest.fingerprint(params, [digest.file_digest(model_file).encode(), manifest], sys.modules[__name__])
 
 
-def run(params: Params) -> dict[str, Any] | None:
-    """Quantize on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+def processes(params: Params) -> tuple[int, int]:
+    """What `python -m stages.qat` launches torchrun with: processes and restart budget."""
+    return params.nproc_per_node, params.max_restarts
+
+
+def check_paths(params: Params) -> None:
+    """Inputs exist and outputs are this stage's to replace (ConfigError otherwise): first thing in every
+    worker, and before torchrun starts them."""
     check_owned_paths(STAGE, {"model_dir": params.model_dir, "tokens_dir": params.tokens_dir},
                       {"out_dir": params.out_dir})
+
+
+def run(params: Params) -> dict[str, Any] | None:
+    """Quantize on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
+    check_paths(params)
     start = time.perf_counter()
     env = init_distributed("cpu")
     set_cpu_threads(env, params.num_threads)
@@ -189,7 +201,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv, torchrun=lambda p: (p.nproc_per_node, p.max_restarts))
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_paths)
 
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ class Params:
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
+        self.parallel.check_layout(self.nproc_per_node, PRESETS[self.preset], self.gradient_accumulation_steps)
 
     @property
     def num_processes(self) -> int:
@@ -107,6 +108,17 @@ class Params:
             raise ValueError("param 'train.parallel.data_parallel_size: 0' needs 'train.nproc_per_node' "
                              "(or launch torchrun yourself)")
         return self.nproc_per_node or self.parallel.world_size
+
+
+def processes(params: Params) -> tuple[int, int]:
+    """What `python -m stages.train` launches torchrun with: processes and restart budget."""
+    return params.num_processes, params.max_restarts
+
+
+def check_paths(params: Params) -> None:
+    """Inputs exist and outputs are this stage's to replace (ConfigError otherwise): first thing in every
+    worker, and before torchrun starts them."""
+    check_owned_paths(STAGE, {"tokens_dir": params.tokens_dir}, {"model_dir": params.model_dir})
 
 
 def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
@@ -118,7 +130,7 @@ def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
 # ---- one worker --------------------------------------------------------------------------------------
 def run(params: Params) -> dict[str, Any] | None:
     """Train on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
-    check_owned_paths(STAGE, {"tokens_dir": params.tokens_dir}, {"model_dir": params.model_dir})
+    check_paths(params)
     started = time.perf_counter()
     env = init_distributed(params.device)
     set_cpu_threads(env, params.num_threads)
@@ -230,7 +242,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv, torchrun=lambda p: (p.num_processes, p.max_restarts))
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_paths)
 
 
 if __name__ == "__main__":

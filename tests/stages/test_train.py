@@ -153,44 +153,73 @@ def test_params_reject_bad_values():
         ParallelParams(data_parallel_size=2, tensor_parallel_size=2)
     with pytest.raises(ValueError, match="ddp_comm_hook"):
         ParallelParams(data_parallel_mode="fsdp", ddp_comm_hook="fp16")
-    with pytest.raises(ValueError, match="tensor_parallel_size 3 must divide"):
+    with pytest.raises(ValueError, match=r"^param 'train\.parallel\.tensor_parallel_size': must divide .* "
+                                         r"one of 1, 2, got 3$"):
         ParallelParams(tensor_parallel_size=3).check_model(2, 4, 2, 64)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"parallel": ParallelParams(tensor_parallel_size=3)},
+     "param 'train.parallel.tensor_parallel_size': must divide the model's heads (4), kv heads (2) and MLP width "
+     "(64): one of 1, 2, got 3"),
+    ({"parallel": ParallelParams(pipeline_parallel_size=3), "gradient_accumulation_steps": 4},
+     "param 'train.parallel.pipeline_parallel_size': must be at most the model's 2 layers, got 3"),
+    ({"parallel": ParallelParams(pipeline_parallel_size=2), "gradient_accumulation_steps": 1},
+     "param 'train.gradient_accumulation_steps': the 1f1b pipeline schedule needs at least one micro-batch per "
+     "stage, >= 2 (train.parallel.pipeline_parallel_size), got 1"),
+    ({"parallel": ParallelParams(data_parallel_size=2), "nproc_per_node": 3},
+     "params 'train.parallel': data x tensor x pipeline parallel = 2 x 1 x 1 = 2 processes, but 3 processes run"),
+])
+def test_the_parallel_layout_is_checked_against_model_processes_and_batch(overrides, message):
+    """Before torchrun starts any worker: what `parallelize`, `resolve` and the pipeline schedule would
+    refuse in each of them."""
+    with pytest.raises(ValueError) as e:
+        train.Params(**PATHS, preset="debug", **overrides)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+    train.Params(**PATHS, preset="debug", gradient_accumulation_steps=1,  # GPipe takes fewer micro-batches
+                 parallel=ParallelParams(pipeline_parallel_size=2, pipeline_schedule="gpipe"))
 
 
 def test_data_parallel_size_zero_follows_the_launch():
     elastic = ParallelParams(data_parallel_size=0, data_parallel_mode="fsdp", tensor_parallel_size=2)
     assert elastic.resolve(6).data_parallel_size == 3
-    with pytest.raises(ValueError, match="not a multiple"):
+    with pytest.raises(ValueError, match="multiple of tensor x pipeline parallel = 2, got 3 processes"):
         elastic.resolve(3)
-    with pytest.raises(ValueError, match="processes were launched"):
+    with pytest.raises(ValueError, match="= 2 processes, but 3 processes run"):
         ParallelParams(data_parallel_size=2).resolve(3)
     with pytest.raises(ValueError, match="nproc_per_node"):
         train.Params(**PATHS, parallel=ParallelParams(data_parallel_size=0)).num_processes
 
 
-@pytest.mark.parametrize("stage, section, processes", [
+@pytest.mark.parametrize("stage, section, inputs, processes", [
     ("train", {"parallel": {"data_parallel_size": 2, "tensor_parallel_size": 2, "data_parallel_mode": "fsdp"},
-               "max_restarts": 3}, 4),
-    ("prune", {"nproc_per_node": 3, "max_restarts": 3}, 3),
-    ("qat", {"nproc_per_node": 2, "max_restarts": 3}, 2),
+               "max_restarts": 3}, ["tokens_dir"], 4),
+    ("prune", {"nproc_per_node": 4, "max_restarts": 3}, ["teacher_dir", "tokens_dir"], 4),
+    ("qat", {"nproc_per_node": 2, "max_restarts": 3}, ["model_dir", "tokens_dir"], 2),
 ])
-def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monkeypatch, stage, section, processes):
+def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monkeypatch, stage, section, inputs,
+                                                                  processes):
     """`python -m stages.<stage>` outside torchrun launches torchrun (the real launches run in
     tests/integration); here only the command it builds is captured."""
     import importlib
     import subprocess
 
     import yaml
+    for key in inputs:  # checked before the launch: they must exist
+        section[key] = str(tmp_path / key)
+        (tmp_path / key).mkdir()
     params_path = tmp_path / "my params.yaml"
     params_path.write_text(yaml.safe_dump({stage: {**read_params(ROOT / "params.yaml")[stage], **section}}))
     calls = []
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.setattr(subprocess, "run",
-                        lambda argv, check: calls.append(argv) or subprocess.CompletedProcess(argv, 0))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda argv, check, env: calls.append((argv, env))
+                        or subprocess.CompletedProcess(argv, 0))
     with pytest.raises(SystemExit) as exit_code:
         importlib.import_module(f"stages.{stage}").main(["--params", str(params_path)])
     assert exit_code.value.code == 0
-    (argv,) = calls
+    ((argv, env),) = calls
+    assert env["OMP_NUM_THREADS"] == "1"  # what torchrun would set, without its banner saying so
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     assert f"--nproc-per-node={processes}" in argv and "--max-restarts=3" in argv
     assert argv[-4:] == ["-m", f"stages.{stage}", "--params", str(params_path)]  # one argument, spaces and all

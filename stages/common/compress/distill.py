@@ -53,6 +53,12 @@ class DistillParams:
         if self.temperature <= 0 or self.kd_weight < 0 or self.lm_weight < 0 or self.kd_weight + self.lm_weight <= 0:
             raise ValueError(f"distillation: temperature > 0 and non-negative weights with a positive sum (got {self})")
 
+    def check_processes(self, section: str, num_processes: int) -> None:
+        """`finetune` splits each step's batch evenly over the data-parallel processes."""
+        if self.steps and self.batch_size % num_processes:
+            raise ValueError(f"param '{section}.distill.batch_size': must be a multiple of '{section}.nproc_per_node' "
+                             f"({num_processes}), as the processes split each batch; got {self.batch_size}")
+
 
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
                  temperature: float, kd_weight: float, lm_weight: float

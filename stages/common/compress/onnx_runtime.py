@@ -3,12 +3,15 @@ timing with preallocated outputs, perplexity scoring, and which integer kernels 
 emulated-CPU check)."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +32,43 @@ def export_onnx(module: nn.Module, path: str | Path, vocab_size: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     example = torch.randint(0, vocab_size, (2, 16))
     module.eval()
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # The trace takes the model's own branches (e.g. grouped-query attention or not, lm/model.py), which
+        # depend on its config, never on the input: the graph is exact for this model, as the parity check
+        # against torch confirms.
+        warnings.filterwarnings("ignore", "Converting a tensor to a Python boolean", torch.jit.TracerWarning)
+        # dynamo=False on purpose: the onnxruntime contrib ops (compress/deployable.py) are emitted by
+        # TorchScript `symbolic` functions, which the torch.export-based exporter does not run.
+        warnings.filterwarnings("ignore", "You are using the legacy TorchScript-based ONNX export", DeprecationWarning)
+        warnings.filterwarnings("ignore", "The feature will be removed", DeprecationWarning, r"torch\.onnx")
         torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=OPSET,
                           custom_opsets={CONTRIB: 1},
                           input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                           dynamic_axes={INPUT_NAME: {0: "batch", 1: "sequence"},
                                         OUTPUT_NAME: {0: "batch", 1: "sequence"}})
     return path
+
+
+class _QuantizerNotes(logging.Filter):
+    """onnxruntime.quantization's notes, which it logs through the root logger (`logging.info(...)`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.WARNING or "onnxruntime" not in Path(record.pathname).parts
+
+
+@contextlib.contextmanager
+def quantizer_notes_silenced() -> Iterator[None]:
+    """Around onnxruntime's `quantize_dynamic`: without it a stage's log gets one INFO line per tensor it
+    leaves in float ("Quantization parameters for tensor ... not specified": expected, dynamic quantization
+    computes them at run time) and a WARNING suggesting `quant_pre_process` (the baseline it makes is
+    onnxruntime's default on purpose). Only records logged on the root logger itself are filtered, so
+    our loggers and onnxruntime's errors still show."""
+    notes = _QuantizerNotes()
+    logging.getLogger().addFilter(notes)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(notes)
 
 
 def session_options(num_threads: int) -> ort.SessionOptions:

@@ -5,8 +5,9 @@ marker as its last file; consumers treat a folder without it as incomplete.
 
 A stage replaces or deletes only folders it made: an output folder with its marker, a work folder with its
 fingerprint (stages.common.runtime.executor), or an empty folder. `check_owned_paths`, called first in each stage's
-`run`, refuses any other existing folder and output folders that overlap the stage's inputs, each other,
-the working directory or `data/`, before anything runs. The temporary siblings a killed run leaves
+`run`, refuses inputs that do not exist, any other existing folder and output folders that overlap the
+stage's inputs, each other, the working directory or `data/`, before anything runs (a `ConfigError`: the
+stage command prints it as one line). The temporary siblings a killed run leaves
 (`.<name>.*.tmp`, `.<name>.old`) are removed when the next run publishes that folder.
 """
 from __future__ import annotations
@@ -23,6 +24,9 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from stages.common.runtime.check import input_exists, missing_input
+from stages.common.runtime.params import ConfigError
 
 SUCCESS_MARKER = "_SUCCESS"
 WORK_MARKER = "_FINGERPRINT"  # a work folder's: the digest of what its shards were computed from
@@ -59,14 +63,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def check_replaceable(path: str | Path, marker: str, key: str, ignore: frozenset[str] = frozenset()) -> None:
-    """ValueError unless `path` is absent, an empty folder, or a folder holding `marker` (entries named in
+    """ConfigError unless `path` is absent, an empty folder, or a folder holding `marker` (entries named in
     `ignore` do not count as content)."""
     path = Path(path)
     if not os.path.lexists(path):
         return
     if path.is_dir() and ((path / marker).is_file() or all(e.name in ignore for e in path.iterdir())):
         return
-    raise ValueError(f"refusing to replace {path}: it exists and was not created by this stage; "
+    raise ConfigError(f"refusing to replace {path}: it exists and was not created by this stage; "
                      f"remove it or pick another {key}")
 
 
@@ -94,7 +98,7 @@ def _remove_leftovers(path: Path) -> None:
 @contextlib.contextmanager
 def atomic_dir(path: str | Path, key: str = "output folder") -> Iterator[Path]:
     """Yield a fresh temporary folder; on success write the marker and swap it in for `path`. An existing
-    `path` is replaced only if it is empty or has the marker (ValueError naming `key` otherwise)."""
+    `path` is replaced only if it is empty or has the marker (ConfigError naming `key` otherwise)."""
     path = Path(path)
     check_replaceable(path, SUCCESS_MARKER, key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,10 +136,13 @@ def _overlap(a: Path, b: Path) -> bool:
 
 def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Mapping[str, str | Path],
                       work: Mapping[str, str | Path] | None = None) -> None:
-    """For the start of a stage's `run`, before any work: ValueError naming the param when an output folder
-    (`outputs`: published with `atomic_dir`; `work`: a WorkDir) is the working directory, contains it, is
-    `data/`, overlaps an input or another output, or exists without this stage's marker. Empty input
-    params ("": not used) are skipped."""
+    """For the start of a stage's `run`, before any work: ConfigError naming the param when an input does
+    not exist, or when an output folder (`outputs`: published with `atomic_dir`; `work`: a WorkDir) is the
+    working directory, contains it, is `data/`, overlaps an input or another output, or exists without
+    this stage's marker. Empty input params ("": not used) are skipped."""
+    for key, path in inputs.items():
+        if str(path) and not input_exists(path):
+            raise ConfigError(missing_input(stage, key, str(path)))
     work = dict(work or {})
     cwd = Path.cwd().resolve()
     sources = {key: _folder(path) for key, path in inputs.items() if str(path)}
@@ -143,14 +150,14 @@ def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Map
     for key, folder in folders.items():
         name = f"'{stage}.{key}'"
         if cwd.is_relative_to(folder) or folder == cwd / "data":
-            raise ValueError(f"param {name} must be a folder of its own, not {folder}: the stage replaces it whole")
+            raise ConfigError(f"param {name} must be a folder of its own, not {folder}: the stage replaces it whole")
         for source_key, source in sources.items():
             if _overlap(folder, source):
-                raise ValueError(f"param {name} ({folder}) overlaps input '{stage}.{source_key}' ({source}); "
+                raise ConfigError(f"param {name} ({folder}) overlaps input '{stage}.{source_key}' ({source}); "
                                  f"pick a folder outside the stage's inputs")
         for other_key, other in folders.items():
             if other_key < key and _overlap(folder, other):
-                raise ValueError(f"params {name} and '{stage}.{other_key}' overlap ({folder}, {other}); "
+                raise ConfigError(f"params {name} and '{stage}.{other_key}' overlap ({folder}, {other}); "
                                  f"give each a folder of its own")
         if key in work:
             check_replaceable(folder, WORK_MARKER, f"{stage}.{key}", frozenset({WORK_LOCK}))

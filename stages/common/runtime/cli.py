@@ -4,6 +4,10 @@ Stages that run distributed (train, prune, qat) pass `torchrun`: their command t
 `torchrun --standalone` with the process count and restart budget from params, and each worker process
 (torchrun sets LOCAL_RANK) runs the stage's `run`. For several nodes, start `torchrun --nnodes ...
 -m stages.<name>` yourself on each: a worker does not care who launched it.
+
+A mistake in params.yaml or in the inputs it names (any ValueError while the section loads, a
+`ConfigError` from the stage's own checks) is printed as one line, `error: param '<stage>.<key>': ...`,
+and the command exits with status 2, before torchrun or any work starts. Other errors keep their traceback.
 """
 from __future__ import annotations
 
@@ -13,11 +17,18 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from stages.common.runtime.params import load_section
+from stages.common.runtime.params import ConfigError, load_section
 
 log = logging.getLogger("refinery.cli")
+CONFIG_ERROR_STATUS = 2  # as argparse exits on a wrong command line
+
+
+def config_error(error: Exception) -> NoReturn:
+    """Exit on a configuration mistake: its message on one line of stderr, no traceback."""
+    print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+    sys.exit(CONFIG_ERROR_STATUS)
 
 
 def torchrun_argv(stage: str, num_processes: int, max_restarts: int, params_path: str) -> list[str]:
@@ -28,19 +39,35 @@ def torchrun_argv(stage: str, num_processes: int, max_restarts: int, params_path
 
 
 def stage_main(stage: str, params_cls: type, run: Callable[[Any], Any], doc: str | None,
-               argv: list[str] | None = None, torchrun: Callable[[Any], tuple[int, int]] | None = None) -> None:
+               argv: list[str] | None = None, torchrun: Callable[[Any], tuple[int, int]] | None = None,
+               check: Callable[[Any], None] | None = None, epilog: str | None = None) -> None:
     """Parse `--params`, load the stage's section and run it. With `torchrun` (params -> (processes,
-    max restarts)), outside a torchrun worker: launch the workers instead and exit with torchrun's status."""
-    parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}", description=(doc or stage).splitlines()[0])
+    max restarts)), outside a torchrun worker: first `check(params)` (what each worker checks when it
+    starts: inputs, outputs), then launch the workers and exit with torchrun's status."""
+    description = " ".join((doc or stage).split("\n\n")[0].split())  # the docstring's first paragraph
+    parser = argparse.ArgumentParser(prog=f"python -m stages.{stage}", description=description, epilog=epilog)
     parser.add_argument("--params", default="params.yaml", help=f"params file (section `{stage}`)")
     args = parser.parse_args(argv)
     rank = f" [rank {os.environ['RANK']}]" if "RANK" in os.environ else ""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s{rank} %(name)s %(levelname)s %(message)s")
-    params = load_section(stage, params_cls, args.params)
-    if torchrun is None or "LOCAL_RANK" in os.environ:
-        run(params)
+    launch = torchrun is not None and "LOCAL_RANK" not in os.environ
+    try:
+        params = load_section(stage, params_cls, args.params)
+        if launch:
+            if check is not None:
+                check(params)
+            num_processes, max_restarts = torchrun(params)
+    except ValueError as e:  # params.yaml or the inputs it names: the user's to fix, before anything starts
+        config_error(e)
+    if not launch:
+        try:
+            run(params)
+        except ConfigError as e:  # the stage's checks at the start of `run`
+            config_error(e)
         return
-    num_processes, max_restarts = torchrun(params)
     command = torchrun_argv(stage, num_processes, max_restarts, args.params)
     log.info("launching %s", " ".join(command))
-    sys.exit(subprocess.run(command, check=False).returncode)
+    # torchrun gives each worker OMP_NUM_THREADS=1 when it is unset, and says so in a four-line banner on
+    # every launch; the workers set their own thread count anyway (training.parallel.set_cpu_threads).
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    sys.exit(subprocess.run(command, check=False, env=env).returncode)

@@ -10,10 +10,14 @@ mapping), and no float anywhere may be NaN or infinite. `from_dict` checks each 
 and a stage's `Params.__post_init__` calls `validate(self, STAGE)`, so a `Params` built directly (tests,
 `dataclasses.replace`) is checked the same way, before the stage does any work. Errors are one line
 naming the full key: `param 'clean.dedup.word_ngram': must be >= 1, got 0`.
+
+`ConfigError` marks a mistake in params.yaml or in the inputs it names, found before any work: the stage
+command (stages.common.runtime.cli) prints it as one line and exits with status 2, without a traceback.
 """
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -31,11 +35,23 @@ RULES = ("min", "max", "gt", "lt", "choices", "nonempty")
 PLACEMENT = "placement"
 
 
+class ConfigError(ValueError):
+    """A mistake in params.yaml or the inputs it names, in one line naming the key and what is allowed."""
+
+
 def read_params(path: str | Path = DEFAULT_PARAMS_PATH) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        params = yaml.safe_load(f) or {}
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such params file")
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:  # its message spans several lines: keep where and what
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML ({problem})") from None
     if not isinstance(params, dict):
-        raise ValueError(f"{path}: top level must be a mapping, got {type(params).__name__}")
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(params).__name__}")
     return params
 
 
@@ -163,7 +179,10 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"unknown param {prefix + unknown[0]!r} (known: {', '.join(sorted(fields))})")
+        close = difflib.get_close_matches(unknown[0], fields, n=1)
+        raise ValueError(f"unknown param {prefix + unknown[0]!r} ("
+                         + (f"did you mean {prefix + close[0]!r}? " if close else "")
+                         + f"known: {', '.join(sorted(fields))})")
     kwargs = {k: _check_type(prefix + k, v, hints[k]) for k, v in data.items()}
     for name, value in kwargs.items():  # before `cls` runs its own checks, which may not know the full key
         _check_value(prefix + name, value, fields[name].metadata)
@@ -177,4 +196,6 @@ def load_section(section: str, cls: type[T], path: str | Path = DEFAULT_PARAMS_P
     params = read_params(path)
     if section not in params:
         raise ValueError(f"{path}: missing section {section!r}")
+    if not isinstance(params[section] or {}, dict):
+        raise ValueError(f"param {section!r}: expected a mapping, got {params[section]!r}")
     return from_dict(cls, params[section] or {}, prefix=f"{section}.")

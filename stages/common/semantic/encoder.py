@@ -47,6 +47,10 @@ class Encoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        # transformers draws a "Loading weights" progress bar for the 23 MB local model, in every run's log
+        hf_logging.disable_progress_bar()
 
         if backend not in ("torch", "onnx"):
             raise ValueError(f"encoder backend must be 'torch' or 'onnx', got {backend!r}")

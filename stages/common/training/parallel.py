@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from stages.common.lm.model import Transformer
+from stages.common.lm.model import ModelConfig, Transformer
 from stages.common.runtime.params import param
 
 log = logging.getLogger("refinery.parallel")
@@ -76,8 +76,9 @@ class ParallelParams:
         if self.data_parallel_mode == "ddp" and self.data_parallel_size != 1 and (
                 self.tensor_parallel_size > 1 or self.pipeline_parallel_size > 1):
             # DDP only handles plain (1-D) parameters; FSDP2 composes with TP's DTensors and PP stages.
-            raise ValueError("data parallel with tensor or pipeline parallel needs "
-                             "'train.parallel.data_parallel_mode: fsdp' (DDP supports only 1-D parallelism)")
+            raise ValueError("param 'train.parallel.data_parallel_mode': data parallel with tensor or pipeline "
+                             "parallel needs 'train.parallel.data_parallel_mode: fsdp' (DDP supports only 1-D "
+                             "parallelism), got ddp")
         if self.ddp_comm_hook != "none" and self.data_parallel_mode != "ddp":
             raise ValueError("'train.parallel.ddp_comm_hook' applies to data_parallel_mode ddp only")
 
@@ -91,21 +92,41 @@ class ParallelParams:
         model_parallel = self.tensor_parallel_size * self.pipeline_parallel_size
         if self.data_parallel_size == 0:
             if world_size % model_parallel:
-                raise ValueError(f"{world_size} processes are not a multiple of tensor x pipeline parallel "
-                                 f"= {model_parallel}")
+                raise ValueError(f"param 'train.parallel.data_parallel_size: 0' needs a process count that is a "
+                                 f"multiple of tensor x pipeline parallel = {model_parallel}, got {world_size} "
+                                 "processes")
             return dataclasses.replace(self, data_parallel_size=world_size // model_parallel)
         if self.world_size != world_size:
-            raise ValueError(f"data x tensor x pipeline parallel sizes = {self.world_size}, but {world_size} "
-                             "processes were launched (set train.parallel.data_parallel_size: 0 to follow the launch)")
+            raise ValueError(f"params 'train.parallel': data x tensor x pipeline parallel = {self.data_parallel_size} "
+                             f"x {self.tensor_parallel_size} x {self.pipeline_parallel_size} = {self.world_size} "
+                             f"processes, but {world_size} processes run (set 'train.nproc_per_node: 0' to start "
+                             "exactly as many, or 'train.parallel.data_parallel_size: 0' to follow the launch)")
         return self
 
     def check_model(self, num_layers: int, num_heads: int, num_kv_heads: int, hidden_dim: int) -> None:
         tp, pp = self.tensor_parallel_size, self.pipeline_parallel_size
         if num_heads % tp or num_kv_heads % tp or hidden_dim % tp:
-            raise ValueError(f"tensor_parallel_size {tp} must divide the model's heads ({num_heads}), "
-                             f"kv heads ({num_kv_heads}) and MLP width ({hidden_dim})")
+            allowed = [d for d in range(1, num_heads + 1) if not (num_heads % d or num_kv_heads % d or hidden_dim % d)]
+            raise ValueError(f"param 'train.parallel.tensor_parallel_size': must divide the model's heads "
+                             f"({num_heads}), kv heads ({num_kv_heads}) and MLP width ({hidden_dim}): one of "
+                             f"{', '.join(map(str, allowed))}, got {tp}")
         if num_layers < pp:
-            raise ValueError(f"pipeline_parallel_size {pp} exceeds the model's {num_layers} layers")
+            raise ValueError(f"param 'train.parallel.pipeline_parallel_size': must be at most the model's "
+                             f"{num_layers} layers, got {pp}")
+
+    def check_layout(self, num_processes: int, model: ModelConfig, num_microbatches: int) -> None:
+        """What `parallelize` and the pipeline schedule would refuse in every worker, checked before any
+        starts: the sizes against the processes to launch (`num_processes`; 0 = as many as the layout
+        needs), the model's heads, width and layers, and the micro-batches per step."""
+        if num_processes:
+            self.resolve(num_processes)
+        self.check_model(model.num_layers, model.num_heads, model.kv_heads, model.hidden_dim)
+        pp = self.pipeline_parallel_size
+        if pp > 1 and self.pipeline_schedule == "1f1b" and num_microbatches < pp:
+            # torch's Schedule1F1B refuses fewer micro-batches than stages
+            raise ValueError(f"param 'train.gradient_accumulation_steps': the 1f1b pipeline schedule needs at least "
+                             f"one micro-batch per stage, >= {pp} (train.parallel.pipeline_parallel_size), got "
+                             f"{num_microbatches}")
 
 
 @dataclass(frozen=True)

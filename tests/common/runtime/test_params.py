@@ -207,12 +207,34 @@ def test_demo_languages_are_valid():
     assert load_section("clean", clean.Params, ROOT / "params.yaml").languages == ("zh", "en")
 
 
-def test_invalid_params_stop_the_stage_before_it_runs(tmp_path):
+def test_invalid_params_stop_the_stage_before_it_runs(tmp_path, capsys):
     ran = []
-    with pytest.raises(ValueError, match="param 'clean.langid_trials'"):
+    with pytest.raises(SystemExit) as e:
         stage_main("clean", clean.Params, ran.append, None,
                    argv=["--params", str(write_params(tmp_path, "clean: {langid_trials: 0}"))])
-    assert ran == []
+    assert e.value.code == 2 and ran == []
+    assert capsys.readouterr().err == "error: param 'clean.langid_trials': must be >= 1, got 0\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("clean: [1, 2\n", r"^.*params\.yaml:2:1: not valid YAML \(expected ',' or '\]', but got '<stream end>'\)$"),
+    ("- 1\n", r"^.*params\.yaml: top level must be a mapping, got list$"),
+    ("clean: 3\n", r"^param 'clean': expected a mapping, got 3$"),
+])
+def test_a_malformed_params_file_is_one_line(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        load_section("clean", clean.Params, write_params(tmp_path, text))
+
+
+def test_a_missing_params_file_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^.*nope\.yaml: no such params file$"):
+        load_section("clean", clean.Params, tmp_path / "nope.yaml")
+
+
+def test_an_unknown_key_suggests_the_close_one():
+    with pytest.raises(ValueError, match=r"^unknown param 'clean\.langid_trails' \(did you mean 'clean\.langid_trials'\? "
+                                         r"known: .*\)$"):
+        from_dict(clean.Params, {"langid_trails": 3}, prefix="clean.")
 
 
 # ---- the token manifest the train stage (and prune/qat's resume identity) read next to the shards ----

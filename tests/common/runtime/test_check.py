@@ -1,0 +1,171 @@
+"""`refinery check` (stages.common.runtime.check) and the stage command's own checks: a mistake in params.yaml
+or a missing input is one line naming the key, exit status 2, no traceback, before torchrun or any work
+starts and without touching an output."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stages.common.runtime.check import check_workspace, input_exists, missing_input
+from tests.conftest import ROOT
+
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """dvc.yaml and params.yaml of the project (the stages are imported from the checkout)."""
+    for name in ("dvc.yaml", "params.yaml", "requirements.lock"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "stages", tmp_path / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def edit(params: dict[str, Any], key: str, value: Any) -> None:
+    *path, last = key.split(".")
+    for part in path:
+        params = params[part]
+    params[last] = value
+
+
+def write_params(workspace: Path, changes: dict[str, Any], name: str = "params.yaml") -> Path:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for key, value in changes.items():
+        edit(params, key, value)
+    path = workspace / name
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+# One of each kind of mistake, and the line `refinery check` gives for it.
+MISTAKES = {
+    "unknown key": ({"train.max_step": 3},
+                    "unknown param 'train.max_step' (did you mean 'train.max_steps'? known: checkpoint, "),
+    "wrong type": ({"tokenizer.vocab_size": "big"}, "param 'tokenizer.vocab_size': expected an integer, got 'big'"),
+    "out of range": ({"qat.seed": -1}, "param 'qat.seed': must be >= 0, got -1"),
+    "parallel sizes": ({"train.parallel.tensor_parallel_size": 3, "train.parallel.data_parallel_size": 1},
+                       "param 'train.parallel.tensor_parallel_size': must divide the model's heads (4), kv heads (4) "
+                       "and MLP width (384): one of 1, 2, 4, got 3"),
+    "processes": ({"prune.distill.batch_size": 7},
+                  "param 'prune.distill.batch_size': must be a multiple of 'prune.nproc_per_node' (2), as the "
+                  "processes split each batch; got 7"),
+    "missing input": ({"clean.input": "data/raw/mine"},
+                      "param 'clean.input': data/raw/mine does not exist and no stage in dvc.yaml makes it"),
+    "unknown section": ({"trian": {"max_steps": 3}}, "unknown section 'trian' in "),
+}
+
+
+def test_the_project_params_check_out(workspace):
+    assert check_workspace(workspace) == []
+
+
+@pytest.mark.parametrize("kind", list(MISTAKES))
+def test_each_mistake_is_one_line_naming_the_key(workspace, kind):
+    changes, message = MISTAKES[kind]
+    write_params(workspace, changes)
+    errors = check_workspace(workspace)
+    assert len(errors) == 1 and errors[0].startswith(message) and "\n" not in errors[0]
+
+
+def test_every_mistake_is_reported_at_once_by_the_command(workspace):
+    """The command (`refinery check` runs it) names them all, one line each (the first of each section:
+    the parallel sizes are in `train`, after its unknown key), exit status 2, no traceback; relative paths
+    count from the workspace, not the folder it was started in."""
+    path = write_params(workspace, {k: v for changes, _ in MISTAKES.values() for k, v in changes.items()},
+                        name="broken.yaml")
+    proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--params", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    expected = [message for kind, (_, message) in MISTAKES.items() if kind != "parallel sizes"]
+    assert len(lines) == len(expected)
+    assert all(any(line.startswith(f"error: {message}") for line in lines) for message in expected), lines
+
+
+def test_no_params_file_or_pipeline_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--root", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {tmp_path / 'params.yaml'}: no such params file\n")
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--root", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {tmp_path}: no dvc.yaml here")
+
+
+def test_a_pipeline_of_other_commands_checks_its_raw_inputs(tmp_path):
+    """Stages that are not `python -m stages.*` (the flows' tests use such pipelines): their sections are
+    only required to be read by some stage, and what no stage makes must exist."""
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "count": {"cmd": "python count.py", "deps": ["count.py", "${count.raw}"], "params": ["count"],
+                  "outs": ["out/count.txt"]},
+        "measure": {"cmd": "python measure.py", "deps": ["out/count.txt"], "outs": ["out/measure.txt"]}}}))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"count": {"raw": "raw", "n": 3}}))
+    (tmp_path / "count.py").write_text("")
+    assert check_workspace(tmp_path) == ["param 'count.raw': raw does not exist and no stage in dvc.yaml makes it"]
+    (tmp_path / "raw").mkdir()
+    assert check_workspace(tmp_path) == []
+
+
+def test_a_missing_input_names_the_stage_that_makes_it(workspace, monkeypatch):
+    monkeypatch.chdir(workspace)
+    assert missing_input("semantic_filter", "docs_dir", PARAMS["semantic_filter"]["docs_dir"]) == (
+        f"param 'semantic_filter.docs_dir': {PARAMS['semantic_filter']['docs_dir']} does not exist (made by stage "
+        "'clean': run it first, `dvc repro clean`)")
+    assert missing_input("clean", "input", "elsewhere/raw") == \
+        "param 'clean.input': elsewhere/raw does not exist and no stage in dvc.yaml makes it"
+
+
+def test_a_glob_input_needs_its_folder(tmp_path):
+    assert not input_exists(tmp_path / "raw" / "*.jsonl")
+    (tmp_path / "raw").mkdir()
+    assert input_exists(tmp_path / "raw" / "*.jsonl")  # no file yet: the stage says so ("holds no records")
+
+
+# ---- the stage command: the same mistakes stop `python -m stages.<name>` before it starts anything ----
+
+def stage(workspace: Path, name: str, params: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"stages.{name}", "--params", str(params)], cwd=workspace,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_incompatible_parallel_sizes_stop_train_before_torchrun(workspace):
+    """The layout of the issue this guards against: tensor parallel 3, data parallel 1, a 4-head model."""
+    model_dir = workspace / PARAMS["train"]["model_dir"]
+    model_dir.mkdir(parents=True)
+    (model_dir / "model.safetensors").write_text("an earlier model")
+    params = write_params(workspace, MISTAKES["parallel sizes"][0])
+    proc = stage(workspace, "train", params)
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {MISTAKES['parallel sizes'][1]}\n"  # no launch line, no traceback
+    assert (model_dir / "model.safetensors").read_text() == "an earlier model"
+    assert sorted(p.name for p in model_dir.parent.iterdir()) == ["train"]
+
+
+def test_an_unknown_key_stops_the_stage_in_one_line(workspace):
+    changes, message = MISTAKES["unknown key"]
+    proc = stage(workspace, "train", write_params(workspace, changes))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}") and proc.stderr.count("\n") == 1
+
+
+def test_a_missing_input_stops_the_stage_before_it_touches_an_output(workspace):
+    out_dir = workspace / PARAMS["clean"]["out_dir"]
+    out_dir.mkdir(parents=True)
+    (out_dir / "_SUCCESS").write_text("")  # the stage's own output: it could replace it, but must not start
+    proc = stage(workspace, "clean", write_params(workspace, MISTAKES["missing input"][0]))
+    assert (proc.returncode, proc.stderr) == (2, f"error: {MISTAKES['missing input'][1]}\n")
+    assert sorted(p.name for p in out_dir.iterdir()) == ["_SUCCESS"]
+    assert not (workspace / PARAMS["clean"]["work_dir"]).exists()
+
+
+def test_an_input_made_by_an_earlier_stage_is_named_before_torchrun(workspace):
+    proc = stage(workspace, "train", workspace / "params.yaml")
+    tokens = PARAMS["train"]["tokens_dir"]
+    assert (proc.returncode, proc.stderr) == (
+        2, f"error: param 'train.tokens_dir': {tokens} does not exist (made by stage 'perplexity': run it first, "
+           "`dvc repro perplexity`)\n")
