@@ -9,15 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from stages.common.report.svg import (
-    PALETTE,
-    TIER_COLORS,
-    Series,
-    esc,
-    histogram,
-    line_chart,
-    stacked_bars,
-)
+from stages.common.report.svg import PALETTE, TIER_COLORS, Series, esc, histogram, line_chart, stacked_bars
 
 # (id, title) in page order; tests check that the DOM holds each id
 SECTIONS = (

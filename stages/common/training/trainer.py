@@ -32,17 +32,8 @@ from stages.common.lm.model import Transformer
 from stages.common.lm.token_shards import TIERS, Batch, TokenShard
 from stages.common.runtime.device import autocast
 from stages.common.runtime.params import param
-from stages.common.training.optim import (
-    OptimParams,
-    configure_optimizer,
-    make_scheduler,
-)
-from stages.common.training.parallel import (
-    Parallelized,
-    ParallelParams,
-    mesh_coord,
-    parallelize,
-)
+from stages.common.training.optim import OptimParams, configure_optimizer, make_scheduler
+from stages.common.training.parallel import Parallelized, ParallelParams, mesh_coord, parallelize
 
 log = logging.getLogger("refinery.trainer")
 LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
