@@ -77,8 +77,8 @@ TRAIN_PARALLEL = train.Params(**TRAIN_PATHS).parallel
 
 @pytest.mark.parametrize("stage, params, placement, meaningful", [
     (train, train.Params(**TRAIN_PATHS),
-     {"model_dir": "elsewhere", "checkpoint_dir": "ckpt2", "device": "cpu", "num_threads": 3, "nproc_per_node": 4,
-      "progress_bar": False, "log_every": 1, "max_bad_steps": 9, "peak_flops": 1e12,
+     {"model_dir": "elsewhere", "checkpoint_dir": "ckpt2", "device": "cpu", "num_threads": 3,
+      "nproc_per_node": TRAIN_PARALLEL.data_parallel_size, "progress_bar": False, "log_every": 1, "max_bad_steps": 9, "peak_flops": 1e12,
       "checkpoint": CheckpointParams(every=7, keep=5), "eval": train.EvalParams(every=3, windows=2),
       "parallel": dataclasses.replace(TRAIN_PARALLEL, compile=True, activation_checkpointing=True)},
      {"seed": 1, "tokens_dir": "other_tokens", "optim": OptimParams(lr=0.5),
