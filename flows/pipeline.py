@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from flows import experiment as exp_worktree
-from flows.artifacts import comparison_rows, link, markdown_table, publish_stage, read_metrics
+from flows.artifacts import markdown_table, model_comparison, output_rows, plot_lines, publish_stage
 from flows.commands import CommandFailed, dvc, run
 from flows.config import FlowsConfig, load_config, resolve_workspace, workspace_params
 from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
@@ -93,34 +93,28 @@ def save_experiment(exp_dir: Path, name: str, stages: list[StageInfo]) -> None:
     exp_worktree.save_experiment(exp_dir, name, stages, get_run_logger())
 
 
-@task(name="dvc-plots", cache_policy=NO_CACHE)
-def render_plots(cwd: Path, out_dir: Path) -> Path:
-    """`dvc plots show` into one HTML page."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    run(dvc("plots", "show", "--out", str(out_dir)), cwd, get_run_logger())
-    return out_dir / "index.html"
-
-
 @task(name="summary", cache_policy=NO_CACHE)
 def summarize(cwd: Path, stages: list[StageInfo], runs: list[StageRun], cfg: FlowsConfig, heading: str,
-              plots_page: Path | None, outputs_note: str) -> None:
-    """The model comparison table (the export stage's metrics) and a summary with links."""
-    by_name = {s.name: s for s in stages}
-    export = by_name.get(cfg.export_stage)
+              outputs_note: str) -> None:
+    """The model comparison (one row per model of the export stage) and the run's summary: what each stage
+    did, the final outputs with their sizes, the plot files."""
+    export = {s.name: s for s in stages}.get(cfg.export_stage)
     parts = [f"## {heading}", markdown_table([asdict(r) for r in runs])]
-    metrics_files = [m for m in (export.metrics if export else ()) if (cwd / m).is_file()]
-    if metrics_files:
-        rows = comparison_rows(read_metrics(cwd / metrics_files[0]))
-        create_table_artifact(rows, key="model-comparison", description=f"models compared in `{metrics_files[0]}`")
-        parts += [f"### Model comparison (`{metrics_files[0]}`)", markdown_table(rows)]
+    comparison = model_comparison(export, cwd) if export else None
+    if comparison:
+        source, rows = comparison
+        create_table_artifact(rows, key="model-comparison", description=f"one row per model, from `{source}`")
+        parts += [f"### Model comparison (`{source}`)", markdown_table(rows)]
     else:
-        parts.append(f"### Model comparison\n\nNo metrics from a `{cfg.export_stage}` stage in this pipeline yet.")
+        parts.append(f"### Model comparison\n\nNo per-model table from a `{cfg.export_stage}` stage in this "
+                     f"pipeline yet.")
     final = export or stages[-1]
     label = "Exported files" if export else f"Outputs of the last stage, `{final.name}`"
-    listed = [f"- `{o}`" if outputs_note else f"- {link(cwd / o, o)}" for o in final.outs if (cwd / o).exists()]
-    parts.append(f"### {label}\n\n{outputs_note}\n\n" + "\n".join(listed))
-    if plots_page:
-        parts.append(f"### Plots\n\n- {link(plots_page, 'dvc plots show')} (every plot of dvc.yaml)")
+    outputs = output_rows(final.outs, cwd)
+    parts.append(f"### {label}\n\n{outputs_note}\n\n" + (markdown_table(outputs) if outputs else "(none yet)"))
+    plots = plot_lines(stages, cwd)
+    if plots:
+        parts.append("### Plots (`dvc plots show` draws them)\n\n" + "\n".join(plots))
     create_markdown_artifact("\n\n".join(parts) + "\n", key="pipeline-summary", description=heading)
 
 
@@ -129,14 +123,6 @@ def _reproduce_all(cwd: Path, stages: list[StageInfo], cfg: FlowsConfig) -> list
     repro = reproduce_stage.with_options(**retries)
     stale = find_stale.with_options(**retries)(cwd, stages)
     return [repro(stage, cwd, stage.name in stale) for stage in stages]
-
-
-def _report(root: Path, cwd: Path, stages: list[StageInfo], runs: list[StageRun], cfg: FlowsConfig,
-            heading: str, outputs_note: str) -> None:
-    plots_page = None
-    if any(s.plots for s in stages):
-        plots_page = render_plots(cwd, root / cfg.experiments_dir / "plots" / str(flow_run.get_id()))
-    summarize(cwd, stages, runs, cfg, heading, plots_page, outputs_note)
 
 
 @flow(name="pipeline")
@@ -170,7 +156,7 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
             return _run_experiment(root, cfg, overrides, name)
         stages = stages_in_order(root)
         runs = _reproduce_all(root, stages, cfg)
-        _report(root, root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")
+        summarize(root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")
         return {"mode": "workspace", "stages": [asdict(r) for r in runs]}
 
 
@@ -183,7 +169,7 @@ def _run_experiment(root: Path, cfg: FlowsConfig, overrides: list[str], name: st
         note = (f"In DVC's cache as experiment `{name}`: `dvc exp show` compares it, `dvc exp apply {name}` "
                 f"puts its params, metrics and outputs in the workspace.")
         heading = f"Experiment `{name}` ({' '.join(overrides) or 'no overrides'})"
-        _report(root, exp_dir, stages, runs, cfg, heading, note)
+        summarize(exp_dir, stages, runs, cfg, heading, note)
         return {"mode": "experiment", "experiment": name, "set_params": overrides,
                 "stages": [asdict(r) for r in runs]}
     finally:

@@ -4,12 +4,13 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flows.artifacts import artifact_key, comparison_rows, flatten, markdown_table
+from flows.artifacts import artifact_key, flatten, markdown_table, model_comparison, output_rows, plot_lines
 from flows.commands import CommandFailed, CommandResult
 from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
@@ -96,12 +97,36 @@ def test_promotion_needs_the_margin():
     assert not decide(evaluation(2.1), evaluation(2.0), 0.0)[0]
 
 
-def test_comparison_table_has_a_row_per_model():
-    metrics = {"fp32": {"size_mb": 5.0, "latency": {"p50_ms": 2.0}}, "int8": {"size_mb": 1.3}, "speedup": 1.8}
-    rows = comparison_rows(metrics)
-    assert rows == [{"model": "fp32", "size_mb": 5.0, "latency.p50_ms": 2.0}, {"model": "int8", "size_mb": 1.3},
-                    {"model": "(all)", "speedup": 1.8}]
-    assert markdown_table(rows).splitlines()[0] == "| model | size_mb | latency.p50_ms | speedup |"
+EXPORT_CSV = """model,precision,num_params,file_mb,latency_ms_b1,val_ppl_easy,val_ppl_all
+trained,fp32,1377408,5.3062,2.5727,27.9529,83.3127
+prune_step_1,fp32,1229952,4.7437,2.3891,26.8801,81.7854
+qat_int8,int8,1016960,1.0698,1.5883,24.305,76.5425
+"""
+
+
+def test_model_comparison_is_a_row_per_model_from_the_stage_table(tmp_path: Path):
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "export.csv").write_text(EXPORT_CSV)
+    (tmp_path / "metrics" / "other.csv").write_text("step,loss\n1,2.5\n2,2.0\n")
+    export = StageInfo(name="export", needs=(), deps=(), outs=("models/export", "metrics/export.json"),
+                       metrics=("metrics/export.json",), plots=("metrics/other.csv", "metrics/export.csv"),
+                       uncached=())
+    source, rows = model_comparison(export, tmp_path)
+    assert source == "metrics/export.csv"
+    assert [r["model"] for r in rows] == ["trained", "prune_step_1", "qat_int8"]  # the file's (the chain's) order
+    assert rows[2] == {"model": "qat_int8", "precision": "int8", "parameters": 1016960, "file (MB)": 1.0698,
+                       "latency, batch 1, fastest (ms)": 1.5883, "val ppl easy": 24.305, "val ppl all": 76.5425}
+    assert model_comparison(replace(export, plots=("metrics/other.csv",)), tmp_path) is None
+    assert markdown_table(rows).splitlines()[0].startswith("| model | precision | parameters | file (MB) |")
+
+    (tmp_path / "models" / "export" / "onnx").mkdir(parents=True)
+    (tmp_path / "models" / "export" / "onnx" / "model.onnx").write_bytes(b"x" * 1_500_000)
+    (tmp_path / "models" / "export" / "card.md").write_text("card")
+    assert output_rows(export.outs, tmp_path) == [{"output": "models/export", "files": 2, "size": "1.5 MB"}]
+    assert plot_lines([export], tmp_path) == [
+        "- `metrics/other.csv` (export): 2 rows of step, loss",
+        "- `metrics/export.csv` (export): 3 rows of model, precision, num_params, file_mb, latency_ms_b1, "
+        "val_ppl_easy, val_ppl_all"]
     assert flatten({"a": {"b": 1}, "c": 2}) == {"a.b": 1, "c": 2}
     assert artifact_key("stage", "semantic_filter") == "stage-semantic-filter"
 
