@@ -77,14 +77,15 @@ def reproduce_stage(stage: StageInfo, cwd: Path, stale: bool) -> StageRun:
 
 @task(name="prepare-experiment", cache_policy=NO_CACHE)
 def prepare_experiment(workspace: Path, exp_dir: Path, overrides: list[str]) -> list[StageInfo]:
-    """A worktree of the workspace with the overrides applied; returns its stages (paths may depend on them)."""
+    """A worktree of the workspace, its finished work included (cached outputs linked from DVC's cache,
+    uncached ones from the workspace), with the overrides applied; returns its stages."""
     log = get_run_logger()
     exp_worktree.create_worktree(workspace, exp_dir, log)
-    exp_worktree.copy_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log)
+    exp_worktree.link_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log)
     if overrides:
         exp_worktree.set_params(exp_dir, overrides)
         log.info("parameters for this experiment: %s", " ".join(overrides))
-    run(dvc("checkout", "--allow-missing"), exp_dir, log)
+    exp_worktree.checkout(exp_dir, log)
     return stages_in_order(exp_dir)
 
 

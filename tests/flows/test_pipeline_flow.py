@@ -46,6 +46,8 @@ def test_overrides_run_as_a_dvc_experiment_and_leave_the_workspace_alone(two_sta
     pipeline()  # the workspace is built; the experiment starts from it
     params_before = (two_stage_repo / "params.yaml").read_bytes()
     lock_before = (two_stage_repo / "dvc.lock").read_bytes()
+    checkpoint = two_stage_repo / "ckpt" / "state.txt"
+    checkpoint_before = checkpoint.stat()
 
     state = pipeline(set_params=["count.n=5"], experiment_name="five", return_state=True)
     assert state.is_completed()
@@ -53,6 +55,9 @@ def test_overrides_run_as_a_dvc_experiment_and_leave_the_workspace_alone(two_sta
     assert (two_stage_repo / "params.yaml").read_bytes() == params_before
     assert (two_stage_repo / "dvc.lock").read_bytes() == lock_before
     assert json.loads((two_stage_repo / "metrics" / "measure.json").read_text()) == {"length": 18}
+    # The experiment's `measure` rewrote its linked checkpoint folder: the workspace's file is untouched.
+    assert checkpoint.read_text() == "18 chars" and checkpoint.stat().st_ino == checkpoint_before.st_ino
+    assert checkpoint.stat().st_mtime_ns == checkpoint_before.st_mtime_ns
     shown = exp_show(two_stage_repo)
     assert shown["five"]["params"] == {"count": {"n": 5, "sleep_s": 0, "fail": False},
                                       "measure": {"unit": "chars", "work_dir": "work"}}
@@ -61,6 +66,7 @@ def test_overrides_run_as_a_dvc_experiment_and_leave_the_workspace_alone(two_sta
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=two_stage_repo, capture_output=True, text=True).stdout
     assert len(worktrees.splitlines()) == 1  # the experiment's worktree is gone
     assert all(t.state.is_completed() for t in task_runs(flow_run_id(state)))
+
 
 
 def test_a_failing_stage_fails_its_task_and_the_flow_with_its_own_error(two_stage_repo: Path):

@@ -1,6 +1,7 @@
 """`python -m flows.serve` against a real server: it refuses a server it did not start unless attached with
-the credentials; deployments, the retrain schedule, a run started as the UI starts one, a run pointed at
-another repository refused, and the schedule still active after the serving process stops."""
+the credentials; deployments, the retrain schedule, runs started as the UI starts them (nothing changed:
+no stage runs; an override: only the stages it changes), a run pointed at another repository refused,
+and the schedule still active after the serving process stops."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ import yaml
 
 from flows.config import WORKSPACE_ENV
 from tests.conftest import ROOT
-from tests.flows.conftest import PrefectServer, exp_show, make_repo
+from tests.flows.conftest import PrefectServer, dvc, exp_show, make_repo
 
 pytestmark = [pytest.mark.integration]
 
@@ -59,6 +60,9 @@ def test_serve_refuses_a_server_it_did_not_start(prefect_server: PrefectServer):
 def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: Path, prefect_server: PrefectServer,
                                                                  tmp_path: Path):
     foreign = make_repo(tmp_path / "foreign", FOREIGN_DVC_YAML, {}, {})
+    dvc("repro", cwd=two_stage_repo)  # the workspace is built: every stage up to date
+    checkpoint = (two_stage_repo / "ckpt" / "state.txt").stat()
+    calls = tmp_path / "stage-calls.txt"  # each stage command that starts appends a line (conftest)
     # Output to a file, not a pipe: the runs' logs can fill a pipe nobody reads until the end, and the
     # serving process would then block on its next write.
     log_path = tmp_path / "serve.log"
@@ -67,7 +71,8 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
     serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--port", str(prefect_server.port), "--attach",
                               "--workspace", str(two_stage_repo)],
                              cwd=ROOT, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, WORKSPACE_ENV: str(foreign)},  # --workspace wins
+                             env={**os.environ, WORKSPACE_ENV: str(foreign),  # --workspace wins
+                                  "STAGE_CALLS": str(calls)},
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         retrain = wait_for_deployment("retrain/retrain", serve)
@@ -79,12 +84,22 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
         assert "workspace" not in pipeline_deployment.parameter_openapi_schema["properties"]
 
         # What the UI's "Run" button does: a flow run of the deployment, picked up by the serving process.
+        # Nothing changed: no stage command runs, and the run is an experiment like any other.
         from prefect.deployments import run_deployment
 
-        run = run_deployment("pipeline/pipeline", parameters={"set_params": ["count.n=2"], "experiment_name": "ui-run"},
-                             timeout=180)
+        unchanged = run_deployment("pipeline/pipeline", timeout=180)
+        assert unchanged.state.is_completed(), unchanged.state.message
+        assert not calls.exists()
+        assert exp_show(two_stage_repo)[unchanged.name]["metrics"]["metrics/measure.json"] == {"length": 18}
+
+        # An override of the last stage's param reruns that stage, and nothing before it.
+        run = run_deployment("pipeline/pipeline", parameters={"set_params": ["measure.unit=bytes"],
+                                                              "experiment_name": "ui-run"}, timeout=180)
         assert run.state.is_completed(), run.state.message
-        assert exp_show(two_stage_repo)["ui-run"]["metrics"]["metrics/measure.json"] == {"length": 12}
+        assert [line.split()[0] for line in calls.read_text().splitlines()] == ["measure"]
+        assert exp_show(two_stage_repo)["ui-run"]["params"]["measure"]["unit"] == "bytes"
+        assert (two_stage_repo / "ckpt" / "state.txt").stat().st_mtime_ns == checkpoint.st_mtime_ns
+
 
         # The attack: a run pointed at another repository. Prefect's schema check lets unknown parameters
         # through; the flow has no such parameter, so the run ends before anything runs.
@@ -98,6 +113,7 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
     assert "but was provided with parameters ['experiment', 'workspace']" in output
     after = read_deployment("retrain/retrain")
     assert not after.paused and after.schedules[0].active, output
+
 
 
 # A repository whose one command would show that it ran.

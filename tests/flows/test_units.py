@@ -1,7 +1,9 @@
-"""The pure parts of the flows: config, DVC output parsing, the promotion rule, artifact tables."""
+"""The pure parts of the flows: config, DVC output parsing, the promotion rule, artifact tables, what an
+experiment's worktree gets from the workspace."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from dataclasses import replace
@@ -13,6 +15,7 @@ import yaml
 from flows.artifacts import artifact_key, flatten, markdown_table, model_comparison, output_rows, plot_lines
 from flows.commands import CommandFailed, CommandResult
 from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
+from flows.experiment import link_uncached_outputs
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
 from flows.registry import Evaluation, decide, evaluate_command
 from flows.validation import check_experiment_name, check_overrides, looks_like_path, names_location
@@ -129,6 +132,27 @@ def test_model_comparison_is_a_row_per_model_from_the_stage_table(tmp_path: Path
         "val_ppl_easy, val_ppl_all"]
     assert flatten({"a": {"b": 1}, "c": 2}) == {"a.b": 1, "c": 2}
     assert artifact_key("stage", "semantic_filter") == "stage-semantic-filter"
+
+
+def test_uncached_folders_are_linked_and_files_copied_into_the_worktree(tmp_path: Path):
+    workspace, worktree = tmp_path / "ws", tmp_path / "exp"
+    (workspace / "ckpt" / "step_2").mkdir(parents=True)
+    (workspace / "ckpt" / "step_2" / "shard.bin").write_bytes(b"weights")
+    (workspace / "metrics").mkdir()
+    (workspace / "metrics" / "train.json").write_text('{"loss": 2.0}')
+    (workspace / "metrics" / "tracked.json").write_text('{"from": "workspace"}')
+    (worktree / "metrics").mkdir(parents=True)
+    (worktree / "metrics" / "tracked.json").write_text('{"from": "git"}')  # what git put there is kept
+    train = StageInfo(name="train", needs=(), deps=(), outs=(), metrics=(), plots=(),
+                      uncached=("ckpt", "metrics/train.json", "metrics/tracked.json", "metrics/missing.json"))
+    link_uncached_outputs(workspace, worktree, [train], logging.getLogger("test"))
+    linked = worktree / "ckpt" / "step_2" / "shard.bin"
+    assert linked.read_bytes() == b"weights"
+    assert linked.stat().st_ino == (workspace / "ckpt" / "step_2" / "shard.bin").stat().st_ino  # no bytes copied
+    assert (worktree / "metrics" / "train.json").read_text() == '{"loss": 2.0}'
+    assert (worktree / "metrics" / "train.json").stat().st_ino != (workspace / "metrics" / "train.json").stat().st_ino
+    assert (worktree / "metrics" / "tracked.json").read_text() == '{"from": "git"}'
+    assert not (worktree / "metrics" / "missing.json").exists()
 
 
 PARAMS = {"train": {"max_steps": 400, "lr": 0.001, "device": "auto", "progress_bar": True, "model_dir": "models/train",
