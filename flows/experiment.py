@@ -31,9 +31,6 @@ Log = logging.Logger | logging.LoggerAdapter
 def create_worktree(workspace: Path, exp_dir: Path, log: Log) -> None:
     """A detached git worktree of HEAD with the workspace's uncommitted files, sharing its DVC cache (the
     outputs are checked out once the overrides are applied: `checkout`)."""
-    if exp_dir.exists():  # left by a run that crashed: no other run can be using it, we hold the workspace
-        log.warning("removing %s, left by an earlier run", exp_dir)
-        remove_worktree(workspace, exp_dir, log)
     try:
         run(["git", "rev-parse", "--verify", "--quiet", "HEAD"], workspace, log, quiet=True)
     except CommandFailed as e:
@@ -140,4 +137,19 @@ def save_experiment(exp_dir: Path, name: str, stages: list[StageInfo], log: Log)
 
 
 def remove_worktree(workspace: Path, exp_dir: Path, log: Log) -> None:
-    run(["git", "worktree", "remove", "--force", str(exp_dir)], workspace, log)
+    """Delete the worktree's folder, then let git forget it (also one left half made by a killed run,
+    which `git worktree remove` would refuse)."""
+    shutil.rmtree(exp_dir)
+    run(["git", "worktree", "prune"], workspace, log, quiet=True)
+    log.info("removed the experiment worktree %s", exp_dir)
+
+
+def remove_leftover_worktrees(workspace: Path, exps_dir: Path, log: Log) -> None:
+    """Remove every worktree under `exps_dir`: at the start of a run, which holds the workspace lock, any
+    one there was left by a run that was cancelled or killed before it could remove its own."""
+    leftovers = sorted(exps_dir.iterdir()) if exps_dir.is_dir() else []
+    for path in leftovers:
+        log.warning("removing %s, left by an earlier run", path)
+        shutil.rmtree(path)
+    if leftovers:
+        run(["git", "worktree", "prune"], workspace, log, quiet=True)

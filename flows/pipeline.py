@@ -8,6 +8,9 @@ Two modes:
   the workspace's params.yaml is not edited.
 A stage that fails fails its task and the flow with the stage's own output; a task is retried only when
 DVC's lock was busy (re-running `dvc repro <stage>` is idempotent). One run at a time per workspace.
+An experiment's worktree is removed when its run ends, however it ends: by the run itself, by a state
+hook when the run fails, crashes or is cancelled (Prefect then kills the run's process), and in any
+case by the next run, which removes whatever an earlier one left.
 
 The workspace is not a flow parameter: whoever can start a run through the API must not choose which
 repository's commands it executes. It is `$REFINERY_WORKSPACE` (set by `flows.serve --workspace`), else
@@ -20,9 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import Flow, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import FlowRun, State
+from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
 
 from flows import experiment as exp_worktree
@@ -30,7 +35,7 @@ from flows.artifacts import markdown_table, model_comparison, output_rows, plot_
 from flows.commands import CommandFailed, dvc, run
 from flows.config import FlowsConfig, load_config, resolve_workspace, workspace_params
 from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
-from flows.lock import workspace_lock
+from flows.lock import WorkspaceBusy, workspace_lock
 from flows.validation import check_experiment_name, check_overrides
 
 
@@ -126,7 +131,35 @@ def _reproduce_all(cwd: Path, stages: list[StageInfo], cfg: FlowsConfig) -> list
     return [repro(stage, cwd, stage.name in stale) for stage in stages]
 
 
-@flow(name="pipeline")
+def _remove_worktree_of_run(flow: Flow, flow_run: FlowRun, state: State) -> None:
+    """State hook (failed, crashed, cancelled): remove the run's experiment worktree. A cancelled or crashed
+    run's process was killed, maybe before its own cleanup ran; the runner calls this afterwards. Under
+    the workspace lock, so a run that started meanwhile is never disturbed (it removes leftovers itself)."""
+    log = flow_run_logger(flow_run, flow)
+    root = resolve_workspace()
+    cfg = load_config(root)
+    name = flow_run.parameters.get("experiment_name") or flow_run.name
+    try:
+        check_experiment_name(name)
+    except ValueError:
+        return  # the run was refused before it made anything
+    exp_dir = _experiments_root(root, cfg) / name
+    if not exp_dir.exists():
+        return
+    try:
+        with workspace_lock(root, f"cleanup of flow run {flow_run.name!r} ({flow_run.id})", 0, log):
+            exp_worktree.remove_worktree(root, exp_dir, log)
+    except WorkspaceBusy:
+        log.info("%s is left for the next run to remove: another run holds the workspace", exp_dir)
+
+
+def _experiments_root(root: Path, cfg: FlowsConfig) -> Path:
+    """Where experiment worktrees live, one folder per experiment name."""
+    return root / cfg.experiments_dir / "exps"
+
+
+@flow(name="pipeline", on_failure=[_remove_worktree_of_run], on_crashed=[_remove_worktree_of_run],
+      on_cancellation=[_remove_worktree_of_run])
 def pipeline(set_params: list[str] | None = None, experiment: bool | None = None,
              experiment_name: str = "") -> dict[str, Any]:
     """Reproduce every DVC stage, one task each.
@@ -153,6 +186,7 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
                                                                              "experiment_name)")
     owner = f"flow run {flow_run.get_name()!r} ({flow_run.get_id()})"
     with workspace_lock(root, owner, cfg.lock_wait_s, log):
+        exp_worktree.remove_leftover_worktrees(root, _experiments_root(root, cfg), log)
         if as_experiment:
             return _run_experiment(root, cfg, overrides, name)
         stages = stages_in_order(root)
@@ -162,7 +196,7 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
 
 
 def _run_experiment(root: Path, cfg: FlowsConfig, overrides: list[str], name: str) -> dict[str, Any]:
-    exp_dir = root / cfg.experiments_dir / "exps" / name
+    exp_dir = _experiments_root(root, cfg) / name
     try:
         stages = prepare_experiment(root, exp_dir, overrides)
         runs = _reproduce_all(exp_dir, stages, cfg)

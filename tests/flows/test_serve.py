@@ -1,7 +1,8 @@
 """`python -m flows.serve` against a real server: it refuses a server it did not start unless attached with
 the credentials; deployments, the retrain schedule, runs started as the UI starts them (nothing changed:
-no stage runs; an override: only the stages it changes), a run pointed at another repository refused,
-and the schedule still active after the serving process stops."""
+no stage runs; an override: only the stages it changes; cancelled: its stage stopped, its worktree
+removed), a run pointed at another repository refused, and the schedule still active after the serving
+process stops."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ import yaml
 
 from flows.config import WORKSPACE_ENV
 from tests.conftest import ROOT
-from tests.flows.conftest import PrefectServer, dvc, exp_show, make_repo
+from tests.flows.conftest import PrefectServer, dvc, exp_show, make_repo, read_flow_run
 
 pytestmark = [pytest.mark.integration]
 
@@ -63,6 +64,7 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
     dvc("repro", cwd=two_stage_repo)  # the workspace is built: every stage up to date
     checkpoint = (two_stage_repo / "ckpt" / "state.txt").stat()
     calls = tmp_path / "stage-calls.txt"  # each stage command that starts appends a line (conftest)
+    exps = two_stage_repo / ".dvc" / "tmp" / "flows" / "exps"
     # Output to a file, not a pipe: the runs' logs can fill a pipe nobody reads until the end, and the
     # serving process would then block on its next write.
     log_path = tmp_path / "serve.log"
@@ -100,6 +102,18 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
         assert exp_show(two_stage_repo)["ui-run"]["params"]["measure"]["unit"] == "bytes"
         assert (two_stage_repo / "ckpt" / "state.txt").stat().st_mtime_ns == checkpoint.st_mtime_ns
 
+        # The UI's "Cancel" while a stage runs: the stage is stopped and the experiment's worktree removed.
+        calls.unlink()
+        slow = run_deployment("pipeline/pipeline", parameters={"set_params": ["count.sleep_s=600"],
+                                                               "experiment_name": "cancelled"}, timeout=0)
+        wait_until(lambda: calls.exists() and calls.read_text().endswith("\n"), serve, "the count stage to start")
+        stage_pid = int(calls.read_text().split()[1])
+        cancel(slow.id)
+        wait_until(lambda: read_flow_run(slow.id).state.is_cancelled() and not (exps / "cancelled").exists(), serve,
+                   "the run to be cancelled and its worktree removed")
+        wait_until(lambda: not running(stage_pid), serve, "the stage to stop")
+        worktrees = subprocess.run(["git", "worktree", "list"], cwd=two_stage_repo, capture_output=True, text=True)
+        assert len(worktrees.stdout.splitlines()) == 1, worktrees.stdout
 
         # The attack: a run pointed at another repository. Prefect's schema check lets unknown parameters
         # through; the flow has no such parameter, so the run ends before anything runs.
@@ -114,6 +128,30 @@ def test_serve_deploys_runs_from_the_api_and_keeps_the_schedule(two_stage_repo: 
     after = read_deployment("retrain/retrain")
     assert not after.paused and after.schedules[0].active, output
 
+
+def wait_until(condition, serve: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert serve.poll() is None, f"the serving process exited (exit code {serve.returncode})"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def cancel(run_id) -> None:
+    """What the UI's Cancel button does: the run is set to Cancelling; its runner kills it."""
+    from prefect import get_client
+    from prefect.states import Cancelling
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run_id, Cancelling(), force=True)
+
+
+def running(pid: int) -> bool:
+    """Whether a process is alive (a zombie, dead but not yet reaped by its new parent, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 # A repository whose one command would show that it ran.
