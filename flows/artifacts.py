@@ -58,7 +58,8 @@ def publish_stage(stage: StageInfo, root: Path, outcome: str) -> None:
                              key=key, description=f"`{stage.name}`: no metrics")
 
 
-# The export stage's per-model table (its plot CSV), as a person reads it; other columns keep their names.
+# The export stage's per-model table (a CSV output, the data of its plot), as a person reads it; other
+# columns keep their names.
 MODEL_COLUMNS = {
     "model": "model", "precision": "precision", "num_params": "parameters", "file_mb": "file (MB)",
     "latency_ms_b1": "latency, batch 1, fastest (ms)", "latency_ms_b1_median": "latency, batch 1, median (ms)",
@@ -69,10 +70,16 @@ TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
-    """A CSV/TSV plot file as rows, numbers parsed."""
+    """A CSV/TSV file as rows, numbers parsed."""
     with open(path, newline="", encoding="utf-8") as f:
         return [{k: _number(v) for k, v in row.items()}
                 for row in csv.DictReader(f, delimiter=TABLE_SUFFIXES[path.suffix.lower()])]
+
+
+def table_files(stage: StageInfo, root: Path) -> list[str]:
+    """The stage's CSV/TSV output files that exist, in dvc.yaml's order: plot data, whether the stage
+    declares them as its plots or dvc.yaml's top-level plots draw them."""
+    return [rel for rel in stage.outs if Path(rel).suffix.lower() in TABLE_SUFFIXES and (root / rel).is_file()]
 
 
 def _number(text: str) -> Any:
@@ -85,13 +92,10 @@ def _number(text: str) -> Any:
 
 
 def model_comparison(stage: StageInfo, root: Path) -> tuple[str, list[dict[str, Any]]] | None:
-    """The stage's per-model table: its first CSV/TSV plot with a `model` column, one row per model in the
-    file's order (the chain's), columns renamed for reading. None when it has none."""
-    for rel in stage.plots:
-        path = root / rel
-        if path.suffix.lower() not in TABLE_SUFFIXES or not path.is_file():
-            continue
-        rows = read_table(path)
+    """The stage's per-model table: its first CSV/TSV output with a `model` column, one row per model in
+    the file's order (the chain's), columns renamed for reading. None when it has none."""
+    for rel in table_files(stage, root):
+        rows = read_table(root / rel)
         if rows and "model" in rows[0]:
             return rel, [{MODEL_COLUMNS.get(k, k): v for k, v in row.items()} for row in rows]
     return None
@@ -116,20 +120,15 @@ def size_text(num_bytes: int) -> str:
 
 
 def plot_lines(stages: list[StageInfo], root: Path) -> list[str]:
-    """One line per plot file: its stage, and for a table its rows and columns (`dvc plots show` draws them)."""
+    """One line per table a stage wrote (what `dvc plots show` draws): its stage, rows and columns."""
     lines = []
     for stage in stages:
-        for rel in stage.plots:
+        for rel in table_files(stage, root):
             path = root / rel
-            if not path.is_file():
-                continue
-            if path.suffix.lower() in TABLE_SUFFIXES:
-                with open(path, encoding="utf-8") as f:
-                    header = f.readline().strip().split(TABLE_SUFFIXES[path.suffix.lower()])
-                    num_rows = sum(1 for line in f if line.strip())
-                lines.append(f"- `{rel}` ({stage.name}): {num_rows} rows of {', '.join(header)}")
-            else:
-                lines.append(f"- `{rel}` ({stage.name}): {size_text(path.stat().st_size)}")
+            with open(path, encoding="utf-8") as f:
+                header = f.readline().strip().split(TABLE_SUFFIXES[path.suffix.lower()])
+                num_rows = sum(1 for line in f if line.strip())
+            lines.append(f"- `{rel}` ({stage.name}): {num_rows} rows of {', '.join(header)}")
     return lines
 
 
