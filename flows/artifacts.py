@@ -1,10 +1,13 @@
 """Prefect artifacts of a pipeline run: each stage's metrics, then a summary with the model comparison.
 
 Keys are stable (`stage-<name>`, `model-comparison`, `pipeline-summary`), so the UI shows each one's
-history across runs. Tables and markdown are built from plain dicts by small pure functions.
+history across runs. Tables and markdown are built from plain dicts by small pure functions. Artifacts
+hold their content, never links to the run's files: a browser does not open `file://` links from the UI,
+and an experiment's files are gone with its worktree.
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +58,78 @@ def publish_stage(stage: StageInfo, root: Path, outcome: str) -> None:
                              key=key, description=f"`{stage.name}`: no metrics")
 
 
-def comparison_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per model when metrics are grouped by model (`{model: {metric: value}}`); the ungrouped
-    numbers form a last row, so nothing in the file is hidden."""
-    grouped = {k: v for k, v in metrics.items() if isinstance(v, dict)}
-    rows = [{"model": name, **flatten(values)} for name, values in grouped.items()]
-    rest = {k: v for k, v in metrics.items() if k not in grouped}
-    if rest:
-        rows.append({"model": "(all)", **rest})
+# The export stage's per-model table (a CSV output, the data of its plot), as a person reads it; other
+# columns keep their names.
+MODEL_COLUMNS = {
+    "model": "model", "precision": "precision", "num_params": "parameters", "file_mb": "file (MB)",
+    "latency_ms_b1": "latency, batch 1, fastest (ms)", "latency_ms_b1_median": "latency, batch 1, median (ms)",
+    "tokens_per_s_b8": "tokens/s, batch 8", "val_ppl_easy": "val ppl easy", "val_ppl_medium": "val ppl medium",
+    "val_ppl_hard": "val ppl hard", "val_ppl_all": "val ppl all",
+}
+TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """A CSV/TSV file as rows, numbers parsed."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{k: _number(v) for k, v in row.items()}
+                for row in csv.DictReader(f, delimiter=TABLE_SUFFIXES[path.suffix.lower()])]
+
+
+def table_files(stage: StageInfo, root: Path) -> list[str]:
+    """The stage's CSV/TSV output files that exist, in dvc.yaml's order: plot data, whether the stage
+    declares them as its plots or dvc.yaml's top-level plots draw them."""
+    return [rel for rel in stage.outs if Path(rel).suffix.lower() in TABLE_SUFFIXES and (root / rel).is_file()]
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def model_comparison(stage: StageInfo, root: Path) -> tuple[str, list[dict[str, Any]]] | None:
+    """The stage's per-model table: its first CSV/TSV output with a `model` column, one row per model in
+    the file's order (the chain's), columns renamed for reading. None when it has none."""
+    for rel in table_files(stage, root):
+        rows = read_table(root / rel)
+        if rows and "model" in rows[0]:
+            return rel, [{MODEL_COLUMNS.get(k, k): v for k, v in row.items()} for row in rows]
+    return None
+
+
+def output_rows(outs: tuple[str, ...], root: Path) -> list[dict[str, Any]]:
+    """Each existing output with its number of files and size."""
+    rows = []
+    for rel in outs:
+        path = root / rel
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path] if path.is_file() else []
+        if files:
+            rows.append({"output": rel, "files": len(files), "size": size_text(sum(p.stat().st_size for p in files))})
     return rows
+
+
+def size_text(num_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"
+
+
+def plot_lines(stages: list[StageInfo], root: Path) -> list[str]:
+    """One line per table a stage wrote (what `dvc plots show` draws): its stage, rows and columns."""
+    lines = []
+    for stage in stages:
+        for rel in table_files(stage, root):
+            path = root / rel
+            with open(path, encoding="utf-8") as f:
+                header = f.readline().strip().split(TABLE_SUFFIXES[path.suffix.lower()])
+                num_rows = sum(1 for line in f if line.strip())
+            lines.append(f"- `{rel}` ({stage.name}): {num_rows} rows of {', '.join(header)}")
+    return lines
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -75,7 +141,3 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def _cell(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value).replace("|", "\\|")
-
-
-def link(path: Path, label: str = "") -> str:
-    return f"[{label or path.name}]({path.resolve().as_uri()})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections import deque
@@ -18,6 +19,7 @@ from typing import IO
 
 TAIL_LINES = 30  # output lines kept for an error message: the stage's own traceback ends there
 DVC_LOCK_BUSY = "Unable to acquire lock"  # DVC's message when another dvc process holds the repo
+STOP_GRACE_S = 10  # an interrupted command's time to exit after SIGTERM before SIGKILL
 CREDENTIAL_VARS = ("PREFECT_API_AUTH_STRING", "PREFECT_SERVER_API_AUTH_STRING")
 
 
@@ -60,6 +62,20 @@ def _lines(stream: IO[bytes]) -> Iterator[str]:
         yield line.rstrip()
 
 
+def _stop(proc: subprocess.Popen, log: logging.Logger | logging.LoggerAdapter) -> None:
+    """SIGTERM to the command's process group, SIGKILL if it is still there after STOP_GRACE_S."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            log.warning("command %d did not stop within %g s of SIGTERM: killing it", proc.pid, STOP_GRACE_S)
+
+
 def run(args: list[str], cwd: Path, log: logging.Logger | logging.LoggerAdapter, what: str = "",
         quiet: bool = False) -> CommandResult:
     """Run `args` in `cwd`, logging each output line (stderr merged) as it comes; raise CommandFailed."""
@@ -67,13 +83,19 @@ def run(args: list[str], cwd: Path, log: logging.Logger | logging.LoggerAdapter,
     log.debug("$ %s (in %s)", " ".join(args), cwd)
     output: list[str] = []
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    # A session of its own, so that the command and everything it starts (dvc's stage command, torchrun's
+    # workers) can be stopped together: a run that is cancelled or interrupted stops its stage with it.
     with subprocess.Popen(args, cwd=cwd, env=command_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL) as proc:
-        for line in _lines(proc.stdout):
-            output.append(line)
-            tail.append(line)
-            if line and not quiet:
-                log.info("%s", line)
+                          stdin=subprocess.DEVNULL, start_new_session=True) as proc:
+        try:
+            for line in _lines(proc.stdout):
+                output.append(line)
+                tail.append(line)
+                if line and not quiet:
+                    log.info("%s", line)
+        except BaseException:  # cancellation (SIGTERM), Ctrl-C: not swallowed, the command is stopped first
+            _stop(proc, log)
+            raise
     if proc.returncode != 0:
         raise CommandFailed(what, proc.returncode, list(tail))
     return CommandResult(output)

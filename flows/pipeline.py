@@ -8,6 +8,9 @@ Two modes:
   the workspace's params.yaml is not edited.
 A stage that fails fails its task and the flow with the stage's own output; a task is retried only when
 DVC's lock was busy (re-running `dvc repro <stage>` is idempotent). One run at a time per workspace.
+An experiment's worktree is removed when its run ends, however it ends: by the run itself, by a state
+hook when the run fails, crashes or is cancelled (Prefect then kills the run's process), and in any
+case by the next run, which removes whatever an earlier one left.
 
 The workspace is not a flow parameter: whoever can start a run through the API must not choose which
 repository's commands it executes. It is `$REFINERY_WORKSPACE` (set by `flows.serve --workspace`), else
@@ -20,18 +23,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import Flow, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import FlowRun, State
+from prefect.logging.loggers import flow_run_logger
 from prefect.runtime import flow_run
 
 from flows import experiment as exp_worktree
-from flows.artifacts import comparison_rows, link, markdown_table, publish_stage, read_metrics
+from flows.artifacts import markdown_table, model_comparison, output_rows, plot_lines, publish_stage
 from flows.check import check_workspace
 from flows.commands import CommandFailed, dvc, run
 from flows.config import FlowsConfig, load_config, resolve_workspace, workspace_params
 from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
-from flows.lock import workspace_lock
+from flows.lock import WorkspaceBusy, workspace_lock
 from flows.validation import check_experiment_name, check_overrides
 
 
@@ -78,14 +83,15 @@ def reproduce_stage(stage: StageInfo, cwd: Path, stale: bool) -> StageRun:
 
 @task(name="prepare-experiment", cache_policy=NO_CACHE)
 def prepare_experiment(workspace: Path, exp_dir: Path, overrides: list[str]) -> list[StageInfo]:
-    """A worktree of the workspace with the overrides applied; returns its stages (paths may depend on them)."""
+    """A worktree of the workspace, its finished work included (cached outputs linked from DVC's cache,
+    uncached ones from the workspace), with the overrides applied; returns its stages."""
     log = get_run_logger()
     exp_worktree.create_worktree(workspace, exp_dir, log)
-    exp_worktree.copy_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log)
+    exp_worktree.link_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log)
     if overrides:
         exp_worktree.set_params(exp_dir, overrides)
         log.info("parameters for this experiment: %s", " ".join(overrides))
-    run(dvc("checkout", "--allow-missing"), exp_dir, log)
+    exp_worktree.checkout(exp_dir, log)
     check_workspace(exp_dir, log)  # the experiment's params.yaml, overrides included, before any stage runs
     return stages_in_order(exp_dir)
 
@@ -95,34 +101,28 @@ def save_experiment(exp_dir: Path, name: str, stages: list[StageInfo]) -> None:
     exp_worktree.save_experiment(exp_dir, name, stages, get_run_logger())
 
 
-@task(name="dvc-plots", cache_policy=NO_CACHE)
-def render_plots(cwd: Path, out_dir: Path) -> Path:
-    """`dvc plots show` into one HTML page."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    run(dvc("plots", "show", "--out", str(out_dir)), cwd, get_run_logger())
-    return out_dir / "index.html"
-
-
 @task(name="summary", cache_policy=NO_CACHE)
 def summarize(cwd: Path, stages: list[StageInfo], runs: list[StageRun], cfg: FlowsConfig, heading: str,
-              plots_page: Path | None, outputs_note: str) -> None:
-    """The model comparison table (the export stage's metrics) and a summary with links."""
-    by_name = {s.name: s for s in stages}
-    export = by_name.get(cfg.export_stage)
+              outputs_note: str) -> None:
+    """The model comparison (one row per model of the export stage) and the run's summary: what each stage
+    did, the final outputs with their sizes, the plot files."""
+    export = {s.name: s for s in stages}.get(cfg.export_stage)
     parts = [f"## {heading}", markdown_table([asdict(r) for r in runs])]
-    metrics_files = [m for m in (export.metrics if export else ()) if (cwd / m).is_file()]
-    if metrics_files:
-        rows = comparison_rows(read_metrics(cwd / metrics_files[0]))
-        create_table_artifact(rows, key="model-comparison", description=f"models compared in `{metrics_files[0]}`")
-        parts += [f"### Model comparison (`{metrics_files[0]}`)", markdown_table(rows)]
+    comparison = model_comparison(export, cwd) if export else None
+    if comparison:
+        source, rows = comparison
+        create_table_artifact(rows, key="model-comparison", description=f"one row per model, from `{source}`")
+        parts += [f"### Model comparison (`{source}`)", markdown_table(rows)]
     else:
-        parts.append(f"### Model comparison\n\nNo metrics from a `{cfg.export_stage}` stage in this pipeline yet.")
+        parts.append(f"### Model comparison\n\nNo per-model table from a `{cfg.export_stage}` stage in this "
+                     f"pipeline yet.")
     final = export or stages[-1]
     label = "Exported files" if export else f"Outputs of the last stage, `{final.name}`"
-    listed = [f"- `{o}`" if outputs_note else f"- {link(cwd / o, o)}" for o in final.outs if (cwd / o).exists()]
-    parts.append(f"### {label}\n\n{outputs_note}\n\n" + "\n".join(listed))
-    if plots_page:
-        parts.append(f"### Plots\n\n- {link(plots_page, 'dvc plots show')} (every plot of dvc.yaml)")
+    outputs = output_rows(final.outs, cwd)
+    parts.append(f"### {label}\n\n{outputs_note}\n\n" + (markdown_table(outputs) if outputs else "(none yet)"))
+    plots = plot_lines(stages, cwd)
+    if plots:
+        parts.append("### Plots (`dvc plots show` draws them)\n\n" + "\n".join(plots))
     create_markdown_artifact("\n\n".join(parts) + "\n", key="pipeline-summary", description=heading)
 
 
@@ -133,15 +133,35 @@ def _reproduce_all(cwd: Path, stages: list[StageInfo], cfg: FlowsConfig) -> list
     return [repro(stage, cwd, stage.name in stale) for stage in stages]
 
 
-def _report(root: Path, cwd: Path, stages: list[StageInfo], runs: list[StageRun], cfg: FlowsConfig,
-            heading: str, outputs_note: str) -> None:
-    plots_page = None
-    if any(s.plots for s in stages):
-        plots_page = render_plots(cwd, root / cfg.experiments_dir / "plots" / str(flow_run.get_id()))
-    summarize(cwd, stages, runs, cfg, heading, plots_page, outputs_note)
+def _remove_worktree_of_run(flow: Flow, flow_run: FlowRun, state: State) -> None:
+    """State hook (failed, crashed, cancelled): remove the run's experiment worktree. A cancelled or crashed
+    run's process was killed, maybe before its own cleanup ran; the runner calls this afterwards. Under
+    the workspace lock, so a run that started meanwhile is never disturbed (it removes leftovers itself)."""
+    log = flow_run_logger(flow_run, flow)
+    root = resolve_workspace()
+    cfg = load_config(root)
+    name = flow_run.parameters.get("experiment_name") or flow_run.name
+    try:
+        check_experiment_name(name)
+    except ValueError:
+        return  # the run was refused before it made anything
+    exp_dir = _experiments_root(root, cfg) / name
+    if not exp_dir.exists():
+        return
+    try:
+        with workspace_lock(root, f"cleanup of flow run {flow_run.name!r} ({flow_run.id})", 0, log):
+            exp_worktree.remove_worktree(root, exp_dir, log)
+    except WorkspaceBusy:
+        log.info("%s is left for the next run to remove: another run holds the workspace", exp_dir)
 
 
-@flow(name="pipeline")
+def _experiments_root(root: Path, cfg: FlowsConfig) -> Path:
+    """Where experiment worktrees live, one folder per experiment name."""
+    return root / cfg.experiments_dir / "exps"
+
+
+@flow(name="pipeline", on_failure=[_remove_worktree_of_run], on_crashed=[_remove_worktree_of_run],
+      on_cancellation=[_remove_worktree_of_run])
 def pipeline(set_params: list[str] | None = None, experiment: bool | None = None,
              experiment_name: str = "") -> dict[str, Any]:
     """Reproduce every DVC stage, one task each.
@@ -168,17 +188,18 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
                                                                              "experiment_name)")
     owner = f"flow run {flow_run.get_name()!r} ({flow_run.get_id()})"
     with workspace_lock(root, owner, cfg.lock_wait_s, log):
+        exp_worktree.remove_leftover_worktrees(root, _experiments_root(root, cfg), log)
         if as_experiment:
             return _run_experiment(root, cfg, overrides, name)
         check_workspace(root, log)  # params.yaml and its inputs, before DVC removes any output
         stages = stages_in_order(root)
         runs = _reproduce_all(root, stages, cfg)
-        _report(root, root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")
+        summarize(root, stages, runs, cfg, f"Pipeline run `{flow_run.get_name()}` in the workspace", "")
         return {"mode": "workspace", "stages": [asdict(r) for r in runs]}
 
 
 def _run_experiment(root: Path, cfg: FlowsConfig, overrides: list[str], name: str) -> dict[str, Any]:
-    exp_dir = root / cfg.experiments_dir / "exps" / name
+    exp_dir = _experiments_root(root, cfg) / name
     try:
         stages = prepare_experiment(root, exp_dir, overrides)
         runs = _reproduce_all(exp_dir, stages, cfg)
@@ -186,7 +207,7 @@ def _run_experiment(root: Path, cfg: FlowsConfig, overrides: list[str], name: st
         note = (f"In DVC's cache as experiment `{name}`: `dvc exp show` compares it, `dvc exp apply {name}` "
                 f"puts its params, metrics and outputs in the workspace.")
         heading = f"Experiment `{name}` ({' '.join(overrides) or 'no overrides'})"
-        _report(root, exp_dir, stages, runs, cfg, heading, note)
+        summarize(exp_dir, stages, runs, cfg, heading, note)
         return {"mode": "experiment", "experiment": name, "set_params": overrides,
                 "stages": [asdict(r) for r in runs]}
     finally:

@@ -119,7 +119,7 @@ def make_repo(repo: Path, dvc_yaml: str, params: dict[str, Any], files: dict[str
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(textwrap.dedent(text))
     write_config(repo, config or shipped_config())
-    (repo / ".gitignore").write_text("/metrics/\n")  # as in the project: metrics are not committed
+    (repo / ".gitignore").write_text("/metrics/\n/ckpt/\n")  # as in the project: metrics and checkpoints
     init_dvc_repo(repo)
     sh(["git", "config", "user.name", "test"], repo)  # `dvc exp save` commits
     sh(["git", "config", "user.email", "test@example.com"], repo)
@@ -128,7 +128,10 @@ def make_repo(repo: Path, dvc_yaml: str, params: dict[str, Any], files: dict[str
 
 
 # A two-stage pipeline of cheap commands: `count` repeats the raw text `count.n` times, `measure` records
-# the length. Metrics are gitignored, as in the project.
+# the length and keeps a checkpoint folder across runs (`persist`, `cache: false`, gitignored, as the
+# project's train stage does), replacing its file by rename as stages/common/training/checkpoint.py does.
+# Metrics are gitignored, as in the project. With $STAGE_CALLS set, each stage command appends
+# "<stage> <pid>" to that file when it starts.
 TWO_STAGES = """
 stages:
   count:
@@ -143,15 +146,27 @@ stages:
     cmd: python measure.py
     deps: [measure.py, out/count.txt]
     params: [measure]
-    outs: [out/measure.txt]
+    outs:
+      - out/measure.txt
+      - ckpt:
+          persist: true
+          cache: false
     metrics:
       - metrics/measure.json:
           cache: false
 """
+CALLED = """
+        import os
+        def called(stage):
+            if os.environ.get("STAGE_CALLS"):
+                with open(os.environ["STAGE_CALLS"], "a") as f:
+                    f.write(f"{stage} {os.getpid()}\\n")
+"""
 TWO_STAGE_FILES = {
     "raw/a.txt": "hello\n",
-    "count.py": """
-        import json, os, time, yaml
+    "count.py": CALLED + """
+        import json, time, yaml
+        called("count")
         p = yaml.safe_load(open("params.yaml"))["count"]
         time.sleep(p["sleep_s"])
         if p["fail"]:
@@ -162,11 +177,15 @@ TWO_STAGE_FILES = {
         json.dump({"n": p["n"], "chars": len(text * p["n"])}, open("metrics/count.json", "w"))
         print("count: wrote", len(text * p["n"]), "characters")
     """,
-    "measure.py": """
-        import json, os
+    "measure.py": CALLED + """
+        import json, yaml
+        called("measure")
+        unit = yaml.safe_load(open("params.yaml"))["measure"]["unit"]
         n = len(open("out/count.txt").read())
-        os.makedirs("metrics", exist_ok=True)
+        os.makedirs("metrics", exist_ok=True); os.makedirs("ckpt", exist_ok=True)
         open("out/measure.txt", "w").write(str(n))
+        open("ckpt/.state.tmp", "w").write(f"{n} {unit}")
+        os.replace("ckpt/.state.tmp", "ckpt/state.txt")
         json.dump({"length": n}, open("metrics/measure.json", "w"))
     """,
 }

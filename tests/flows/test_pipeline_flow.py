@@ -6,9 +6,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 import yaml
+from prefect.client.schemas.objects import FlowRun
+from prefect.states import Crashed
 
 from flows.pipeline import pipeline
 from tests.conftest import ROOT
@@ -46,6 +49,13 @@ def test_overrides_run_as_a_dvc_experiment_and_leave_the_workspace_alone(two_sta
     pipeline()  # the workspace is built; the experiment starts from it
     params_before = (two_stage_repo / "params.yaml").read_bytes()
     lock_before = (two_stage_repo / "dvc.lock").read_bytes()
+    checkpoint = two_stage_repo / "ckpt" / "state.txt"
+    checkpoint_before = checkpoint.stat()
+    # what killed runs leave: a registered worktree and a half-made folder; the next run removes both
+    exps = two_stage_repo / ".dvc" / "tmp" / "flows" / "exps"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(exps / "killed"), "HEAD"], cwd=two_stage_repo,
+                   check=True)
+    (exps / "half-made" / "out").mkdir(parents=True)
 
     state = pipeline(set_params=["count.n=5"], experiment_name="five", return_state=True)
     assert state.is_completed()
@@ -53,14 +63,29 @@ def test_overrides_run_as_a_dvc_experiment_and_leave_the_workspace_alone(two_sta
     assert (two_stage_repo / "params.yaml").read_bytes() == params_before
     assert (two_stage_repo / "dvc.lock").read_bytes() == lock_before
     assert json.loads((two_stage_repo / "metrics" / "measure.json").read_text()) == {"length": 18}
+    # The experiment's `measure` rewrote its linked checkpoint folder: the workspace's file is untouched.
+    assert checkpoint.read_text() == "18 chars" and checkpoint.stat().st_ino == checkpoint_before.st_ino
+    assert checkpoint.stat().st_mtime_ns == checkpoint_before.st_mtime_ns
     shown = exp_show(two_stage_repo)
     assert shown["five"]["params"] == {"count": {"n": 5, "sleep_s": 0, "fail": False},
                                       "measure": {"unit": "chars", "work_dir": "work"}}
     assert shown["five"]["metrics"] == {"metrics/count.json": {"n": 5, "chars": 30},
                                         "metrics/measure.json": {"length": 30}}
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=two_stage_repo, capture_output=True, text=True).stdout
-    assert len(worktrees.splitlines()) == 1  # the experiment's worktree is gone
+    assert len(worktrees.splitlines()) == 1  # the experiment's worktree is gone, and the leftovers
+    assert list(exps.iterdir()) == []
     assert all(t.state.is_completed() for t in task_runs(flow_run_id(state)))
+
+    # A run killed before its own cleanup (crashed, or cancelled): the state hook the runner then calls,
+    # called as Prefect calls it, removes the worktree.
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(exps / "killed"), "HEAD"], cwd=two_stage_repo,
+                   check=True)
+    killed = FlowRun(flow_id=uuid4(), name="killed", parameters={"set_params": ["count.n=2"]})
+    for hook in pipeline.on_crashed_hooks:
+        hook(flow=pipeline, flow_run=killed, state=Crashed())
+    assert not (exps / "killed").exists()
+    assert "killed" not in subprocess.run(["git", "worktree", "list"], cwd=two_stage_repo, capture_output=True,
+                                          text=True).stdout
 
 
 def test_a_failing_stage_fails_its_task_and_the_flow_with_its_own_error(two_stage_repo: Path):

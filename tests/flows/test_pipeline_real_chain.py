@@ -82,8 +82,9 @@ def test_pipeline_reproduces_every_stage_of_the_project(project_repo: Path):
     clean_rows = json.loads(found["stage-clean"].data)
     clean_metrics = flatten(json.loads((project_repo / "metrics" / "clean.json").read_text()))
     assert {r["metric"]: r["value"] for r in clean_rows} == clean_metrics
-    if "export" in stages:
-        assert "model-comparison" in found
+    if "export" in stages:  # one row per model of the chain, in its order
+        models = [row["model"] for row in json.loads(found["model-comparison"].data)]
+        assert models[0] == "trained" and models.index("prune_step_1") < models.index("qat_int8"), models
 
     start = time.perf_counter()
     again = pipeline()

@@ -1,17 +1,21 @@
-"""The pure parts of the flows: config, DVC output parsing, the promotion rule, artifact tables."""
+"""The pure parts of the flows: config, DVC output parsing, the promotion rule, artifact tables, what an
+experiment's worktree gets from the workspace."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flows.artifacts import artifact_key, comparison_rows, flatten, markdown_table
+from flows.artifacts import artifact_key, flatten, markdown_table, model_comparison, output_rows, plot_lines
 from flows.commands import CommandFailed, CommandResult
 from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
+from flows.experiment import link_uncached_outputs
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
 from flows.registry import Evaluation, decide, evaluate_command
 from flows.validation import check_experiment_name, check_overrides, looks_like_path, names_location
@@ -96,14 +100,60 @@ def test_promotion_needs_the_margin():
     assert not decide(evaluation(2.1), evaluation(2.0), 0.0)[0]
 
 
-def test_comparison_table_has_a_row_per_model():
-    metrics = {"fp32": {"size_mb": 5.0, "latency": {"p50_ms": 2.0}}, "int8": {"size_mb": 1.3}, "speedup": 1.8}
-    rows = comparison_rows(metrics)
-    assert rows == [{"model": "fp32", "size_mb": 5.0, "latency.p50_ms": 2.0}, {"model": "int8", "size_mb": 1.3},
-                    {"model": "(all)", "speedup": 1.8}]
-    assert markdown_table(rows).splitlines()[0] == "| model | size_mb | latency.p50_ms | speedup |"
+EXPORT_CSV = """model,precision,num_params,file_mb,latency_ms_b1,val_ppl_easy,val_ppl_all
+trained,fp32,1377408,5.3062,2.5727,27.9529,83.3127
+prune_step_1,fp32,1229952,4.7437,2.3891,26.8801,81.7854
+qat_int8,int8,1016960,1.0698,1.5883,24.305,76.5425
+"""
+
+
+def test_model_comparison_is_a_row_per_model_from_the_stage_table(tmp_path: Path):
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "export.csv").write_text(EXPORT_CSV)
+    (tmp_path / "metrics" / "other.csv").write_text("step,loss\n1,2.5\n2,2.0\n")
+    # the table is an output of the stage, declared as its plot or drawn by a top-level plot of dvc.yaml
+    export = StageInfo(name="export", needs=(), deps=(),
+                       outs=("models/export", "metrics/other.csv", "metrics/export.csv", "metrics/export.json"),
+                       metrics=("metrics/export.json",), plots=(), uncached=())
+    source, rows = model_comparison(export, tmp_path)
+    assert source == "metrics/export.csv"
+    assert [r["model"] for r in rows] == ["trained", "prune_step_1", "qat_int8"]  # the file's (the chain's) order
+    assert rows[2] == {"model": "qat_int8", "precision": "int8", "parameters": 1016960, "file (MB)": 1.0698,
+                       "latency, batch 1, fastest (ms)": 1.5883, "val ppl easy": 24.305, "val ppl all": 76.5425}
+    assert model_comparison(replace(export, outs=("metrics/other.csv",)), tmp_path) is None
+    assert markdown_table(rows).splitlines()[0].startswith("| model | precision | parameters | file (MB) |")
+
+    (tmp_path / "models" / "export" / "onnx").mkdir(parents=True)
+    (tmp_path / "models" / "export" / "onnx" / "model.onnx").write_bytes(b"x" * 1_500_000)
+    (tmp_path / "models" / "export" / "card.md").write_text("card")
+    assert output_rows(export.outs[:1], tmp_path) == [{"output": "models/export", "files": 2, "size": "1.5 MB"}]
+    assert plot_lines([export], tmp_path) == [
+        "- `metrics/other.csv` (export): 2 rows of step, loss",
+        "- `metrics/export.csv` (export): 3 rows of model, precision, num_params, file_mb, latency_ms_b1, "
+        "val_ppl_easy, val_ppl_all"]
     assert flatten({"a": {"b": 1}, "c": 2}) == {"a.b": 1, "c": 2}
     assert artifact_key("stage", "semantic_filter") == "stage-semantic-filter"
+
+
+def test_uncached_folders_are_linked_and_files_copied_into_the_worktree(tmp_path: Path):
+    workspace, worktree = tmp_path / "ws", tmp_path / "exp"
+    (workspace / "ckpt" / "step_2").mkdir(parents=True)
+    (workspace / "ckpt" / "step_2" / "shard.bin").write_bytes(b"weights")
+    (workspace / "metrics").mkdir()
+    (workspace / "metrics" / "train.json").write_text('{"loss": 2.0}')
+    (workspace / "metrics" / "tracked.json").write_text('{"from": "workspace"}')
+    (worktree / "metrics").mkdir(parents=True)
+    (worktree / "metrics" / "tracked.json").write_text('{"from": "git"}')  # what git put there is kept
+    train = StageInfo(name="train", needs=(), deps=(), outs=(), metrics=(), plots=(),
+                      uncached=("ckpt", "metrics/train.json", "metrics/tracked.json", "metrics/missing.json"))
+    link_uncached_outputs(workspace, worktree, [train], logging.getLogger("test"))
+    linked = worktree / "ckpt" / "step_2" / "shard.bin"
+    assert linked.read_bytes() == b"weights"
+    assert linked.stat().st_ino == (workspace / "ckpt" / "step_2" / "shard.bin").stat().st_ino  # no bytes copied
+    assert (worktree / "metrics" / "train.json").read_text() == '{"loss": 2.0}'
+    assert (worktree / "metrics" / "train.json").stat().st_ino != (workspace / "metrics" / "train.json").stat().st_ino
+    assert (worktree / "metrics" / "tracked.json").read_text() == '{"from": "git"}'
+    assert not (worktree / "metrics" / "missing.json").exists()
 
 
 PARAMS = {"train": {"max_steps": 400, "lr": 0.001, "device": "auto", "progress_bar": True, "model_dir": "models/train",

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,28 @@ def test_save_then_load_restores_weights_optimizer_and_train_state(tmp_path):
                                                                       if k != "params"}
     state, other_state = optimizer.state_dict()["state"], other_optimizer.state_dict()["state"]
     assert all(torch.equal(state[i][key], other_state[i][key]) for i in state for key in state[i])
+
+
+def test_checkpoints_written_into_a_hard_linked_copy_leave_the_original_intact(tmp_path):
+    """The flows give an experiment's worktree the workspace's checkpoint folders as hard links
+    (flows/experiment.py): safe only because this module never writes into an existing file. Overwriting a
+    step, dropping old steps and clearing another run's checkpoints, all in the copy, change nothing of
+    the original."""
+    model, optimizer = trained()
+    original, copy = tmp_path / "workspace" / "ckpt", tmp_path / "experiment" / "ckpt"
+    for step in (1, 2):
+        checkpoint.save(original, step, model, optimizer, {"step": step, "fingerprint": "a"}, keep=2)
+    files = {p: (p.stat().st_ino, file_digest(p)) for p in original.rglob("*") if p.is_file()}
+    shutil.copytree(original, copy, copy_function=os.link)
+    assert all(p.stat().st_nlink == 2 for p in files)
+
+    other, other_optimizer = trained(seed=1)
+    checkpoint.save(copy, 2, other, other_optimizer, {"step": 2, "fingerprint": "b"}, keep=2)  # same step again
+    checkpoint.save(copy, 3, other, other_optimizer, {"step": 3, "fingerprint": "b"}, keep=2)  # step 1 dropped
+    assert checkpoint.resume(copy, "c", *fresh(), is_main=True) is None  # another run: all cleared
+    assert checkpoint.list_checkpoints(copy) == []
+    assert {p: (p.stat().st_ino, file_digest(p)) for p in original.rglob("*") if p.is_file()} == files
+    assert all(checkpoint.verify(path) is None for path in checkpoint.list_checkpoints(original))
 
 
 def test_a_planted_metadata_pickle_is_refused_and_never_run(tmp_path, caplog):
