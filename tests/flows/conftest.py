@@ -119,7 +119,9 @@ def make_repo(repo: Path, dvc_yaml: str, params: dict[str, Any], files: dict[str
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(textwrap.dedent(text))
     write_config(repo, config or shipped_config())
-    (repo / ".gitignore").write_text("/metrics/\n/ckpt/\n")  # as in the project: metrics and checkpoints
+    # metrics gitignored (the harder case: the project tracks them in git, so a worktree has them), and
+    # checkpoints gitignored as in the project
+    (repo / ".gitignore").write_text("/metrics/\n/ckpt/\n")
     init_dvc_repo(repo)
     sh(["git", "config", "user.name", "test"], repo)  # `dvc exp save` commits
     sh(["git", "config", "user.email", "test@example.com"], repo)
@@ -130,7 +132,7 @@ def make_repo(repo: Path, dvc_yaml: str, params: dict[str, Any], files: dict[str
 # A two-stage pipeline of cheap commands: `count` repeats the raw text `count.n` times, `measure` records
 # the length and keeps a checkpoint folder across runs (`persist`, `cache: false`, gitignored, as the
 # project's train stage does), replacing its file by rename as stages/common/training/checkpoint.py does.
-# Metrics are gitignored, as in the project. With $STAGE_CALLS set, each stage command appends
+# Metrics are gitignored (see make_repo). With $STAGE_CALLS set, each stage command appends
 # "<stage> <pid>" to that file when it starts.
 TWO_STAGES = """
 stages:
