@@ -182,7 +182,15 @@ def _module_docs(name: str) -> list[tuple[str, Any, str]]:
     (then the corpus differs from the one built where it imports, so list only modules pinned and
     importable)."""
     try:
-        return [(qual, obj, inspect.getdoc(obj) or "") for qual, obj in _doc_objects(importlib.import_module(name))]
+        # Some packages log at INFO while they import (alembic lists its plugins): reading their docstrings
+        # is not news, so their records stop at WARNING here; ours are unaffected.
+        previous = logging.root.manager.disable
+        logging.disable(logging.INFO)
+        try:
+            module = importlib.import_module(name)
+        finally:
+            logging.disable(previous)
+        return [(qual, obj, inspect.getdoc(obj) or "") for qual, obj in _doc_objects(module)]
     except Exception as exc:  # noqa: BLE001 - whatever goes wrong, the module is just not a source
         log.debug("demo corpus: skipping module %s: %r", name, exc)
         return []

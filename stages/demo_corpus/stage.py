@@ -79,7 +79,8 @@ def run(params: Params) -> dict[str, int | float]:
     metrics: dict[str, int | float] = dict(sorted(counts.items()))
     metrics.update(bytes_uncompressed=raw_size, bytes_compressed=gz_size)
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-    log.info("demo corpus metrics: %s", json.dumps(metrics))
+    log.info("demo corpus: %s", ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v:,}"
+                                          for k, v in headline(metrics).items()))
     return metrics
 
 

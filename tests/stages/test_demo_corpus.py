@@ -422,13 +422,16 @@ def _params_file(tmp_path: Path, **section: object) -> Path:
     ({"seed": "one"}, "param 'demo_corpus.seed': expected an integer"),
     ({"num_doc": 600}, "unknown param 'demo_corpus.num_doc'"),
 ])
-def test_params_are_checked_before_any_work(tmp_path: Path, section: dict, message: str) -> None:
+def test_params_are_checked_before_any_work(tmp_path: Path, section: dict, message: str, capsys) -> None:
     path = _params_file(tmp_path, **section)
     with pytest.raises(ValueError, match=re.escape(message)) as err:
         load_section("demo_corpus", Params, path)
     assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(SystemExit) as exit_info:  # the command: one line on stderr, status 2
         main(["--params", str(path)])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("error: ") and message in stderr and stderr.count("\n") == 1
     assert not (tmp_path / "demo").exists() and not (tmp_path / "metrics.json").exists()
 
 
