@@ -32,7 +32,7 @@ def dvc_repo(repo_copy: Path) -> Path:
 def test_repro_perplexity_then_nothing_to_do(dvc_repo: Path):
     out = sh([str(BIN / "dvc"), "repro", "perplexity"], dvc_repo)
     assert "Running stage 'tokenizer'" in out and "Running stage 'perplexity'" in out
-    metrics = json.loads((dvc_repo / "metrics" / "perplexity.json").read_text())
+    metrics = json.loads((dvc_repo / "metrics" / "detail" / "perplexity.json").read_text())
     num_kept = json.loads((dvc_repo / "metrics" / "clean.json").read_text())["num_kept"]
     assert metrics["num_docs"] == num_kept > 0
     assert sum(metrics[f"docs.{lang}.{tier}"] for lang in ("en", "zh") for tier in TIERS) == num_kept
@@ -49,8 +49,8 @@ def test_repro_perplexity_then_nothing_to_do(dvc_repo: Path):
     assert "Running stage" not in again
 
     # The distribution plot renders with its custom template (tiers coloured, cutoffs marked).
-    plots = json.loads(sh([str(BIN / "dvc"), "plots", "show", "--json", "metrics/perplexity_hist.csv"], dvc_repo))
-    spec = plots["data"]["metrics/perplexity_hist.csv"][0]["content"]
+    plots = json.loads(sh([str(BIN / "dvc"), "plots", "show", "--json", "perplexity_histogram"], dvc_repo))
+    spec = plots["data"]["perplexity_histogram"][0]["content"]
     assert spec["facet"]["row"]["field"] == "lang" and len(spec["spec"]["layer"]) == 2
     assert any(row["kind"] == "cutoff" for row in spec["data"]["values"])
 
@@ -59,7 +59,7 @@ def test_repro_train_under_torchrun(dvc_repo: Path):
     out = sh([str(BIN / "dvc"), "repro", "train"], dvc_repo)
     assert "Running stage 'perplexity'" in out and "Running stage 'train'" in out
     assert "torch.distributed.run" in out  # dvc.yaml's command launched torchrun
-    metrics = json.loads((dvc_repo / "metrics" / "train.json").read_text())
+    metrics = json.loads((dvc_repo / "metrics" / "detail" / "train.json").read_text())
     parallel = yaml.safe_load((dvc_repo / "params.yaml").read_text())["train"]["parallel"]
     assert metrics["steps"] == 12 and metrics["num_processes"] == parallel["data_parallel_size"]
     for tier in TIERS:

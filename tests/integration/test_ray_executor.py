@@ -114,7 +114,7 @@ def test_clean_command_joins_a_running_cluster(repo_copy, tmp_path):
                            address=ray.get_runtime_context().gcs_address)
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     sh([sys.executable, "-m", "stages.clean"], repo_copy)
-    metrics = json.loads((repo_copy / "metrics" / "clean.json").read_text())
+    metrics = json.loads((repo_copy / "metrics" / "detail" / "clean.json").read_text())
     assert metrics["num_shards"] == 6 and metrics["num_kept"] == 3 and metrics["num_read"] == 12
     assert (repo_copy / "data" / "clean" / SUCCESS_MARKER).is_file()
     assert not (repo_copy / "data" / "work" / "clean").exists()
