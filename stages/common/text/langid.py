@@ -17,7 +17,9 @@ A seed makes each document's answer independent of worker count and order.
 """
 from __future__ import annotations
 
+import math
 import os
+import random
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -105,76 +107,192 @@ def _char_loop_ngrams(text: str, known: dict) -> list[str]:
     return result
 
 
+class SeededDraws:
+    """What langdetect's trials draw from `random.Random(seed)`, reproduced in bulk with numpy.
+
+    A detector reseeds its generator for every text, so every text consumes the same stream of 32-bit
+    Mersenne Twister outputs; numpy's MT19937, given the state `random.Random(seed)` starts from, makes
+    that stream in one call. `gauss` and `choices` consume it exactly as CPython's `random.gauss` and
+    `random.choice` do (tests check them against `random.Random`).
+    """
+
+    def __init__(self, seed: int) -> None:
+        key_and_pos = random.Random(seed).getstate()[1]
+        self._bits = np.random.MT19937()
+        self._bits.state = {"bit_generator": "MT19937",
+                            "state": {"key": np.array(key_and_pos[:-1], dtype=np.uint32), "pos": key_and_pos[-1]}}
+        self.words = np.empty(0, dtype=np.uint32)
+
+    def _words(self, end: int) -> np.ndarray:
+        """The stream up to `end` at least."""
+        if end > len(self.words):
+            more = self._bits.random_raw(max(end - len(self.words), 1 << 14)).astype(np.uint32)
+            self.words = np.concatenate([self.words, more])
+        return self.words
+
+    def _random(self, pos: int) -> float:
+        """`random.random()` from the two words at `pos`."""
+        a, b = (int(w) for w in self._words(pos + 2)[pos : pos + 2])
+        return ((a >> 5) * 67108864.0 + (b >> 6)) * (1.0 / 9007199254740992.0)
+
+    def gauss(self, pos: int, cached: float | None) -> tuple[float, int, float | None]:
+        """`random.gauss(0.0, 1.0)` at `pos` with `cached` its `gauss_next`: (value, new pos, new cache)."""
+        if cached is not None:
+            return cached, pos, None
+        x2pi = self._random(pos) * random.TWOPI
+        g2rad = math.sqrt(-2.0 * math.log(1.0 - self._random(pos + 2)))
+        return math.cos(x2pi) * g2rad, pos + 4, math.sin(x2pi) * g2rad
+
+    def choices(self, pos: int, n: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """`count` successive `random.choice` indices into a sequence of `n` from `pos`, and the stream
+        position after each. choice takes `n.bit_length()` bits from a word and retries while they are >= n."""
+        shift = 32 - n.bit_length()
+        width = 2 * count + 64  # more than half of the words are accepted
+        while True:
+            candidates = self._words(pos + width)[pos : pos + width] >> shift
+            accepted = np.flatnonzero(candidates < n)
+            if len(accepted) >= count:
+                accepted = accepted[:count]
+                return candidates[accepted].astype(np.intp), pos + 1 + accepted
+            width *= 2
+
+
+class _ProfileTable:
+    """langdetect's n-gram probabilities as one matrix (a row per n-gram, a column per language), with
+    each word's n-grams as row numbers. Rows are filled from the profile, and words' n-grams found, as
+    they are first met: words recur, and most n-grams are never met."""
+
+    def __init__(self, word_lang_prob_map: dict[str, list[float]], num_langs: int) -> None:
+        self.probs = word_lang_prob_map
+        self.grams = list(word_lang_prob_map)
+        self.row = {gram: i for i, gram in enumerate(self.grams)}
+        self.matrix = np.zeros((len(self.grams), num_langs))
+        self.filled = bytearray(len(self.grams))
+        self._word_rows: dict[str, list[int]] = {}
+
+    def word_rows(self, padded: str) -> list[int]:
+        """Rows of the known n-grams of `padded` (" " + word, and " " after it unless it ends the text)."""
+        rows = self._word_rows.get(padded)
+        if rows is None:
+            if len(self._word_rows) >= 200_000:
+                self._word_rows.clear()
+            rows = self._word_rows[padded] = [self.row[gram] for gram in _word_ngrams(padded, self.probs)]
+            new = [i for i in rows if not self.filled[i]]
+            if new:
+                self.matrix[new] = [self.probs[self.grams[i]] for i in new]
+                for i in new:
+                    self.filled[i] = 1
+        return rows
+
+
+_CHECKS_PER_BLOCK = (8, 32, 1 << 30)  # convergence checks evaluated per block of draws, growing
+
+
 class FastDetector(Detector):
     """langdetect's Detector with its per-character Python loops replaced by C-speed string operations
-    and its trial loop run in numpy, five n-gram draws per step (the points where langdetect checks
-    convergence). Same profiles, same draws from the same seeded RNG, same convergence rule; only the
-    floating-point rounding of the products can differ, which the tests compare against stock."""
+    and its trial loop run in numpy. Same profiles, same draws from the same seeded generator (made in
+    bulk: `SeededDraws`; the factory must have a seed), same convergence rule; the five n-grams drawn
+    between two convergence checks are multiplied together before they scale the probabilities, so only
+    the floating-point rounding of the products can differ from stock, which the tests compare against."""
 
     _normalized = _NormalizedChars()
-    _rows: dict[str, np.ndarray] = {}
+    _tables: dict[int, _ProfileTable] = {}  # by id of the factory's word_lang_prob_map
+    _draws: dict[int, SeededDraws] = {}  # by seed
 
     def append(self, text: str) -> None:
-        text = NGram.normalize_vi(self.MAIL_RE.sub(" ", self.URL_RE.sub(" ", text)))
+        text = self.URL_RE.sub(" ", text) if "://" in text else text
+        text = self.MAIL_RE.sub(" ", text) if "@" in text else text  # what they need; their scans are slow
+        text = NGram.normalize_vi(text)
         self.text += _SPACE_RUN_RE.sub(" ", text[: self.max_text_length])
 
     def cleaning_text(self) -> None:
         if len(_ASCII_LETTERISH_RE.findall(self.text)) * 2 < len(_NON_LATIN_RE.findall(self.text)):
             self.text = _ASCII_LETTERISH_RE.sub("", self.text)
 
-    def _extract_ngrams(self) -> list[str]:
-        """langdetect's n-grams (1-3 characters, in its order), built per word instead of per character.
+    def _table(self) -> _ProfileTable:
+        table = self._tables.get(id(self.word_lang_prob_map))
+        if table is None or table.probs is not self.word_lang_prob_map:
+            table = self._tables[id(self.word_lang_prob_map)] = _ProfileTable(self.word_lang_prob_map,
+                                                                             len(self.langlist))
+        return table
+
+    def _extract_rows(self) -> list[int]:
+        """langdetect's n-grams (1-3 characters, in its order) as profile table rows, built per word
+        instead of per character.
 
         langdetect slides a 3-character buffer over the normalised text, restarting it (with a
         leading space) at each word, and emits the last 1, 2 and 3 characters after each one. So a
         word `w` yields the n-grams of " " + w (+ " " when a space follows), unless two capitals in a
         row switch emission off; such words go through the original character loop.
         """
-        known = self.word_lang_prob_map
-        text = self.text.translate(self._normalized)
-        words = text.split(" ")
-        result: list[str] = []
+        table = self._table()
+        words = self.text.translate(self._normalized).split(" ")
+        rows: list[int] = []
         last = len(words) - 1
         for index, word in enumerate(words):
-            if not word:
-                continue
-            padded = " " + word + (" " if index < last else "")
-            if not word.islower() and _has_capital_run(word):
-                result.extend(_char_loop_ngrams(padded, known))
-                continue
-            for j in range(1, len(padded)):
-                for gram in (padded[j], padded[j - 1 : j + 1], padded[j - 2 : j + 1] if j >= 2 else ""):
-                    if gram and gram != " " and gram in known:
-                        result.append(gram)
-        return result
+            if word:
+                rows += table.word_rows(" " + word + (" " if index < last else ""))
+        return rows
 
-    def _row(self, word: str) -> np.ndarray:
-        row = self._rows.get(word)
-        if row is None:
-            row = self._rows[word] = np.asarray(self.word_lang_prob_map[word], dtype=np.float64)
-        return row
+    def _extract_ngrams(self) -> list[str]:
+        """The n-grams themselves, as stock langdetect lists them (the tests compare the two)."""
+        grams = self._table().grams
+        return [grams[i] for i in self._extract_rows()]
 
     def _detect_block(self) -> None:
         self.cleaning_text()
-        ngrams = self._extract_ngrams()
-        if not ngrams:
+        rows = np.array(self._extract_rows(), dtype=np.intp)
+        if not len(rows):
             raise LangDetectException(ErrorCode.CantDetectError, "No features in text.")
+        draws = self._draws.get(self.seed)
+        if draws is None:
+            draws = self._draws[self.seed] = SeededDraws(self.seed)
+        matrix = self._table().matrix
         total = np.zeros(len(self.langlist))
-        self.random.seed(self.seed)
-        choice = self.random.choice
+        pos, cached = 0, None  # langdetect reseeds its generator for each text
         for _ in range(self.n_trial):
-            prob = np.array(self._init_probability(), dtype=np.float64)
-            weight = (self.alpha + self.random.gauss(0.0, 1.0) * self.ALPHA_WIDTH) / self.BASE_FREQ
-            i, step = 0, 1  # langdetect checks convergence after draw 0, then after every 5th draw
-            while True:
-                rows = np.stack([self._row(choice(ngrams)) for _ in range(step)])
-                prob *= np.prod(weight + rows, axis=0)
-                prob /= prob.sum()
-                if prob.max() > self.CONV_THRESHOLD or i >= self.ITERATION_LIMIT:
-                    break
-                i, step = i + 5 if i else 5, 5
+            z, pos, cached = draws.gauss(pos, cached)
+            weight = (self.alpha + z * self.ALPHA_WIDTH) / self.BASE_FREQ
+            prob, pos = self._trial(np.array(self._init_probability(), dtype=np.float64), weight, rows, matrix,
+                                    draws, pos)
             total += prob / self.n_trial
         self.langprob = total.tolist()
+
+    def _trial(self, prob: np.ndarray, weight: float, rows: np.ndarray, matrix: np.ndarray, draws: SeededDraws,
+               pos: int) -> tuple[np.ndarray, int]:
+        """One trial from stream position `pos`: (its probabilities, the position after its last draw).
+
+        langdetect checks convergence after draw 0 and then after every fifth draw (draw i = 5c for check
+        c), stopping once a language passes CONV_THRESHOLD or at ITERATION_LIMIT. The draws and the
+        products of the five factors between checks are computed a block of checks at a time."""
+        last_check = -(-self.ITERATION_LIMIT // 5)  # the first c with 5c >= the limit
+        check = 0
+        for block in _CHECKS_PER_BLOCK:
+            end = min(check + block, last_check + 1)  # checks [check, end)
+            first_draw = 0 if check == 0 else 5 * check - 4
+            picks, after = draws.choices(pos, len(rows), 5 * (end - 1) + 1 - first_draw)
+            factors = weight + matrix[rows[picks]]
+            if check == 0:  # check 0 follows a single draw
+                products = np.concatenate([factors[:1], factors[1:].reshape(-1, 5, factors.shape[1]).prod(axis=1)])
+            else:
+                products = factors.reshape(-1, 5, factors.shape[1]).prod(axis=1)
+            for j, product in enumerate(products):
+                prob *= product
+                prob /= prob.sum()
+                if prob.max() > self.CONV_THRESHOLD or 5 * (check + j) >= self.ITERATION_LIMIT:
+                    return prob, int(after[5 * j if check == 0 else 5 * j + 4])
+            check, pos = end, int(after[-1])
+        raise AssertionError("the iteration limit ends every trial")
+
+
+def _word_ngrams(padded: str, known: dict) -> list[str]:
+    """The known n-grams of one padded word, in langdetect's order."""
+    if not padded.islower() and _has_capital_run(padded):
+        return _char_loop_ngrams(padded, known)
+    # After character j: the 1-, 2- and 3-gram ending there (no 3-gram after the first character).
+    ends = range(1, len(padded))
+    triples = zip(padded[1:], [padded[j - 1 : j + 1] for j in ends], ["", *(padded[j - 2 : j + 1] for j in ends[1:])])
+    return [gram for triple in triples for gram in triple if gram in known and gram != " "]
 
 
 @dataclass(frozen=True)
@@ -221,19 +339,26 @@ class LanguageIdentifier:
         self._max_chars = max_chars
         self._n_trials = n_trials
         self._kept_scripts = {LANG_SCRIPT.get(lang, "latin") for lang in keep}
+        prior = Detector(self._factory)
+        prior.set_prior_map(_HAN_ONLY_PRIOR)
+        self._han_prior = prior.prior_map
 
-    def __call__(self, text: str) -> LangResult:
-        sample, script = script_sample(text, self._max_chars)
-        detector = FastDetector(self._factory)
+    def detector(self, sample: str, script: str, kind: type[Detector] = FastDetector) -> Detector:
+        """A detector of `kind` set up for a sample of `script` (see the module's docstring), text appended."""
+        detector = kind(self._factory)
         detector.seed = self._seed
         detector.n_trial = self._n_trials
         if script == "han":
-            detector.set_prior_map(_HAN_ONLY_PRIOR)
+            detector.prior_map = self._han_prior  # what set_prior_map(_HAN_ONLY_PRIOR) makes; only ever copied
             detector.n_trial = 1
         elif self._kept_scripts and script not in self._kept_scripts:
             detector.n_trial = 1
         detector.set_max_text_length(self._max_chars)
         detector.append(sample)
+        return detector
+
+    def __call__(self, text: str) -> LangResult:
+        detector = self.detector(*script_sample(text, self._max_chars))
         try:
             best = detector.get_probabilities()[0]
         except (LangDetectException, IndexError):  # no letters at all

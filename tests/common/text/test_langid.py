@@ -1,6 +1,10 @@
-import pytest
+import random
 
-from stages.common.text.langid import LanguageIdentifier, script_sample
+import pytest
+from langdetect.lang_detect_exception import LangDetectException
+
+from stages.common.text.langid import LanguageIdentifier, SeededDraws, script_sample
+from stages.common.text.normalize import NormalizeOptions, normalize
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +85,41 @@ def test_fast_detector_matches_stock_langdetect(text):
     got, want = fast.get_probabilities(), stock.get_probabilities()
     assert [lang.lang for lang in got] == [lang.lang for lang in want]
     assert [lang.prob for lang in got] == pytest.approx([lang.prob for lang in want], abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 2**40 + 7])
+def test_seeded_draws_are_those_of_random_random(seed):
+    """The trials' noise (gauss) and n-gram picks (choice), made in bulk, are exactly what langdetect's own
+    `random.Random(seed)` would give, in any interleaving and for any sequence length."""
+    draws, reference, plan = SeededDraws(seed), random.Random(seed), random.Random(seed + 1)
+    pos, cached = 0, None
+    for _ in range(300):
+        if plan.random() < 0.2:
+            value, pos, cached = draws.gauss(pos, cached)
+            assert value == reference.gauss(0.0, 1.0)
+        else:
+            n, count = plan.choice([1, 2, 3, 5, 64, 65, 1000, 40_000, 2**31 + 5]), plan.randint(1, 60)
+            picks, after = draws.choices(pos, n, count)
+            assert picks.tolist() == [reference.choice(range(n)) for _ in range(count)]
+            pos = int(after[-1])
+
+
+def test_fast_detector_answers_as_stock_langdetect_on_real_documents(devset_texts):
+    """Where LanguageIdentifier asks langdetect (its samples of the dominant script, with its trial counts
+    and the Han-only prior), the fast detector gives stock langdetect's languages and probabilities."""
+    from langdetect.detector import Detector
+
+    for keep in ((), ("zh", "en")):
+        langid = LanguageIdentifier(seed=0, keep=keep)
+        for text in devset_texts[::9]:
+            sample, script = script_sample(normalize(text, NormalizeOptions())[0], 400)
+            fast, stock = langid.detector(sample, script), langid.detector(sample, script, Detector)
+            try:
+                want = stock.get_probabilities()
+            except LangDetectException:
+                with pytest.raises(LangDetectException):
+                    fast.get_probabilities()
+                continue
+            got = fast.get_probabilities()
+            assert [lang.lang for lang in got] == [lang.lang for lang in want], text[:80]
+            assert [lang.prob for lang in got] == pytest.approx([lang.prob for lang in want], abs=1e-9)
