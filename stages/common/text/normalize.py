@@ -8,7 +8,7 @@ import functools
 import itertools
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import ftfy
@@ -150,9 +150,9 @@ def remove_emails(text: str, repl: str = " ") -> str:
 
 
 @functools.cache
-def _nonstarter_run_re() -> re.Pattern[str]:
-    """30 characters in a row that decompose to non-starters only (combining class > 0), followed by
-    one more. Built on first use: a scan of all code points (~0.3 s once per process)."""
+def _nonstarter_ranges() -> tuple[tuple[int, int], ...]:
+    """Code point ranges of the characters that decompose to non-starters only (combining class > 0).
+    Found on first use: a scan of all code points (~0.1 s once per process)."""
     ranges: list[list[int]] = []
     for code in range(0x110000):
         ch = chr(code)
@@ -163,8 +163,28 @@ def _nonstarter_run_re() -> re.Pattern[str]:
                 ranges[-1][1] = code
             else:
                 ranges.append([code, code])
-    cls = "".join(re.escape(chr(a)) + ("" if a == b else "-" + re.escape(chr(b))) for a, b in ranges)
+    return tuple((a, b) for a, b in ranges)
+
+
+def _char_class(ranges: Iterable[tuple[int, int]]) -> str:
+    return "".join(re.escape(chr(a)) + ("" if a == b else "-" + re.escape(chr(b))) for a, b in ranges)
+
+
+@functools.cache
+def _nonstarter_run_re() -> re.Pattern[str]:
+    """30 non-starters in a row, followed by one more."""
+    cls = _char_class(_nonstarter_ranges())
     return re.compile(f"[{cls}]{{{MAX_NONSTARTERS}}}(?=[{cls}])")
+
+
+@functools.cache
+def _may_hold_nonstarter_re() -> re.Pattern[str]:
+    """One non-starter of the Basic Multilingual Plane, or any character beyond it. A class holding
+    characters beyond the BMP is matched by trying its ranges one by one (~60 ns a character for the
+    full set); this one is a table look-up (~2 ns), so texts without a non-starter, nearly all, skip
+    the run search."""
+    bmp = _char_class((a, min(b, 0xFFFF)) for a, b in _nonstarter_ranges() if a <= 0xFFFF)
+    return re.compile(f"[{bmp}]|[\U00010000-\U0010ffff]")
 
 
 def stream_safe(text: str) -> str:
@@ -172,6 +192,8 @@ def stream_safe(text: str) -> str:
     Format). `unicodedata.normalize` sorts each run of combining marks by insertion, quadratic in its
     length (80,000 marks take seconds, a megabyte of them hours); no language needs more than a few in a
     row, so real text is left as it is."""
+    if text.isascii() or not _may_hold_nonstarter_re().search(text):
+        return text
     return _nonstarter_run_re().sub(lambda m: m.group() + _CGJ, text)
 
 
@@ -205,7 +227,8 @@ def html_depth(html: str) -> int:
 def html_to_text(html: str) -> str:
     """Visible main text of an HTML page, one block element per line. Markup nested deeper than any real
     page (MAX_HTML_DEPTH) has its tags stripped instead of being parsed, which would take minutes."""
-    if html_depth(html) > MAX_HTML_DEPTH:
+    # Each opening tag starts at a `<` not followed by `/`: fewer of those than the limit, no deeper nesting.
+    if html.count("<") - html.count("</") > MAX_HTML_DEPTH and html_depth(html) > MAX_HTML_DEPTH:
         return strip_html_tags(html, "\n")
     tree = LexborHTMLParser(_BLOCK_TAG_RE.sub("\n<", html))
     tree.strip_tags(list(NON_CONTENT_TAGS))
@@ -216,13 +239,13 @@ def html_to_text(html: str) -> str:
 
 
 def strip_control(text: str) -> str:
-    text = _ANSI_RE.sub("", text)
-    text = _OVERSTRIKE_RE.sub("", text)
+    text = _ANSI_RE.sub("", text) if "\x1b" in text else text
+    text = _OVERSTRIKE_RE.sub("", text) if "\x08" in text else text
     return _CONTROL_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
 def normalize_whitespace(text: str) -> str:
-    lines = (_SPACES_RE.sub(" ", line).strip() for line in text.split("\n"))
+    lines = (line.strip() for line in _SPACES_RE.sub(" ", text).split("\n"))  # the runs never span a newline
     return _BLANK_LINES_RE.sub("\n\n", "\n".join(lines)).strip()
 
 
@@ -251,7 +274,7 @@ def normalize(text: str, opts: NormalizeOptions) -> tuple[str, bool]:
         text = unicodedata.normalize("NFKC", stream_safe(text))
     if opts.strip_residual_tags:
         text = strip_html_tags(text)
-    if opts.remove_urls:
+    if opts.remove_urls and ("://" in text or "www." in text.lower()):  # what every match holds
         text = _URL_RE.sub(" ", text)
     if opts.remove_emails:
         text = remove_emails(text)
