@@ -1,8 +1,8 @@
 """Exact and near-duplicate detection.
 
 Exact: a 128-bit hash of the text case-folded with everything but letters and digits removed, so
-whitespace, punctuation and case edits collapse. Near: MinHash signatures (datasketch) over word
-shingles, or character shingles for CJK text, grouped by LSH bands. Signatures are computed in the
+whitespace, punctuation and case edits collapse. Near: MinHash signatures over word shingles, or
+character shingles for CJK text, grouped by LSH bands (datasketch). Signatures are computed in the
 workers; the index lives in one process and sees documents in input order, so the first occurrence is
 the one kept, whatever the worker count.
 """
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import xxhash
-from datasketch import LeanMinHash, MinHash, MinHashLSH
 
 from stages.common.runtime.params import param
 from stages.common.text.quality import CJK_LANGS
@@ -37,40 +36,59 @@ def exact_key(text: str) -> bytes:
     return hashlib.blake2b(_NON_WORD_RE.sub("", text.casefold()).encode(), digest_size=16).digest()
 
 
-def shingles(text: str, lang: str, word_ngram: int, char_ngram: int) -> set[bytes]:
+def shingles(text: str, lang: str, word_ngram: int, char_ngram: int) -> set[str]:
     if lang in CJK_LANGS:
         chars = _NON_WORD_RE.sub("", text)
         n = char_ngram
-        return {chars[i : i + n].encode() for i in range(max(1, len(chars) - n + 1))}
+        return {chars[i : i + n] for i in range(max(1, len(chars) - n + 1))}
     words = _NON_WORD_RE.sub(" ", text.casefold()).split()
-    n = word_ngram
-    return {" ".join(words[i : i + n]).encode() for i in range(max(1, len(words) - n + 1))}
+    if len(words) <= word_ngram:
+        return {" ".join(words)}
+    return set(map(" ".join, zip(*(words[i:] for i in range(word_ngram)))))
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finaliser (wrapping uint32 arithmetic)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
 
 
 class Signer:
-    """Computes MinHash signatures with permutations built once per process."""
+    """MinHash signatures (uint32) of a text's shingles, exactly as datasketch's `MinHash` makes them in its
+    default scheme ("affine32") with xxh32 as the hash function (10x cheaper per shingle than its SHA-1,
+    as well mixed): each shingle's hash, pre-mixed by MurmurHash3's finaliser, goes through `num_perm`
+    permutations h -> a*h + b mod 2^32 (odd a), drawn from numpy's RandomState(seed) as datasketch draws
+    them, and each permutation keeps its minimum. Done here in numpy rather than by datasketch because
+    importing datasketch imports scipy (for the LSH index's tuning), about a second of start-up in every
+    worker process; the index (`DedupIndex`, in the driver) uses datasketch, and a test checks that the
+    two agree."""
 
     def __init__(self, params: DedupParams, seed: int) -> None:
         self.params = params
-        self.seed = seed
-        template = MinHash(num_perm=params.num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
-        self._permutations = template.permutations
-        self._scheme = template.scheme
+        gen = np.random.RandomState(seed)
+        self._a = gen.randint(0, 1 << 31, params.num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+        self._b = gen.randint(0, 1 << 32, params.num_perm, dtype=np.uint32)
 
     def __call__(self, text: str, lang: str) -> np.ndarray:
-        # xxh32 instead of datasketch's default SHA-1: 10x cheaper per shingle, as well mixed.
-        m = MinHash(num_perm=self.params.num_perm, seed=self.seed, permutations=self._permutations,
-                    scheme=self._scheme, hashfunc=xxhash.xxh32_intdigest)
-        m.update_batch(list(shingles(text, lang, self.params.word_ngram, self.params.char_ngram)))
-        return m.hashvalues
+        grams = shingles(text, lang, self.params.word_ngram, self.params.char_ngram)
+        hashes = np.fromiter(map(xxhash.xxh32_intdigest, map(str.encode, grams)), dtype=np.uint32, count=len(grams))
+        permuted = np.multiply.outer(_fmix32(hashes), self._a)
+        permuted += self._b
+        return np.minimum.reduce(permuted, axis=0)
 
 
 class DedupIndex:
     """Global first-occurrence-wins index; `check` returns the id of the earlier copy, or None."""
 
     def __init__(self, params: DedupParams, seed: int) -> None:
+        from datasketch import LeanMinHash, MinHash, MinHashLSH  # here, not at the top: see `Signer`
+
         self.params = params
         self.seed = seed
+        self._lean = LeanMinHash
         self._exact: dict[bytes, int] = {}
         self._lsh = MinHashLSH(threshold=params.threshold, num_perm=params.num_perm) if params.near else None
         self._kept_ids: list[str] = []
@@ -82,7 +100,7 @@ class DedupIndex:
             return "dedup:exact", self._kept_ids[self._exact[key]]
         minhash = None
         if self._lsh is not None and signature is not None:
-            minhash = LeanMinHash(seed=self.seed, hashvalues=signature, scheme=self._scheme)
+            minhash = self._lean(seed=self.seed, hashvalues=signature, scheme=self._scheme)
             candidates = self._lsh.query(minhash)
             if candidates:
                 return "dedup:near", self._kept_ids[min(candidates)]

@@ -1,4 +1,10 @@
-from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
+import numpy as np
+import xxhash
+from datasketch import MinHash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key, shingles
 
 BASE = ("The old lighthouse keeper climbed the spiral stairs every evening to light the lamp, and from the top "
         "he could see the fishing boats returning to the harbour before the storm arrived over the bay.")
@@ -27,3 +33,28 @@ def test_switches():
     index = DedupIndex(DedupParams(exact=False, near=False), seed=1)
     assert index.check("a", exact_key(BASE), None) is None
     assert index.check("b", exact_key(BASE), None) is None
+
+
+def datasketch_signature(text: str, lang: str, params: DedupParams, seed: int) -> np.ndarray:
+    """The signature as datasketch's MinHash makes it (with xxh32, over the same shingles)."""
+    minhash = MinHash(num_perm=params.num_perm, seed=seed, hashfunc=xxhash.xxh32_intdigest)
+    minhash.update_batch([s.encode() for s in shingles(text, lang, params.word_ngram, params.char_ngram)])
+    return minhash.hashvalues
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300) | st.lists(st.sampled_from(["the", "river", "Old", "town", "河流", "古老", "的", ",", " ",
+                                                           "\n"]), max_size=80).map(" ".join),
+       st.sampled_from(["en", "zh"]), st.sampled_from([0, 1, 42]))
+def test_signatures_are_datasketch_minhashes(text, lang, seed):
+    params = DedupParams()
+    got, want = Signer(params, seed)(text, lang), datasketch_signature(text, lang, params, seed)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_signatures_are_datasketch_minhashes_on_real_documents(devset_texts):
+    params = DedupParams(num_perm=64, word_ngram=2, char_ngram=4)
+    sign = Signer(params, seed=0)
+    for text in devset_texts[::3]:
+        for lang in ("en", "zh"):
+            assert np.array_equal(sign(text, lang), datasketch_signature(text, lang, params, 0))
