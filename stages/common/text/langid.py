@@ -17,6 +17,9 @@ A seed makes each document's answer independent of worker count and order.
 """
 from __future__ import annotations
 
+import functools
+import itertools
+import json
 import math
 import os
 import random
@@ -25,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from langdetect import DetectorFactory, detector_factory
+from langdetect import detector_factory
 from langdetect.detector import Detector
 from langdetect.lang_detect_exception import ErrorCode, LangDetectException
 from langdetect.utils.ngram import NGram
@@ -157,18 +160,37 @@ class SeededDraws:
             width *= 2
 
 
-class _ProfileTable:
-    """langdetect's n-gram probabilities as one matrix (a row per n-gram, a column per language), with
-    each word's n-grams as row numbers. Rows are filled from the profile, and words' n-grams found, as
-    they are first met: words recur, and most n-grams are never met."""
+class LanguageProfiles:
+    """langdetect's language profiles as its `DetectorFactory.load_profile` reads them (languages in the
+    order the profile folder lists them, an n-gram's probability in a language its count over that
+    language's number of n-grams of its length), held as one matrix with a row per n-gram and a column per
+    language. langdetect's loader builds a list of 55 floats for each of its 87,598 n-grams, 0.3 s in every
+    worker process; here a row is filled the first time its n-gram is met (most never are), and each
+    word's n-grams are kept as row numbers, since words recur."""
 
-    def __init__(self, word_lang_prob_map: dict[str, list[float]], num_langs: int) -> None:
-        self.probs = word_lang_prob_map
-        self.grams = list(word_lang_prob_map)
-        self.row = {gram: i for i, gram in enumerate(self.grams)}
-        self.matrix = np.zeros((len(self.grams), num_langs))
+    def __init__(self, directory: str = detector_factory.PROFILES_DIRECTORY) -> None:
+        self.langlist: list[str] = []
+        self._counts: list[tuple[dict[str, int], list[int]]] = []  # per language: n-gram counts, n_words
+        for filename in os.listdir(directory):
+            path = os.path.join(directory, filename)
+            if filename.startswith(".") or not os.path.isfile(path):
+                continue
+            with open(path, encoding="utf-8") as f:
+                profile = json.load(f)
+            self.langlist.append(profile["name"])
+            self._counts.append((profile["freq"], profile["n_words"]))
+        self.row = {gram: i for i, gram in enumerate(dict.fromkeys(itertools.chain.from_iterable(
+            freq for freq, _ in self._counts)))}
+        self.grams = list(self.row)
+        self.matrix = np.zeros((len(self.grams), len(self.langlist)))
         self.filled = bytearray(len(self.grams))
         self._word_rows: dict[str, list[int]] = {}
+
+    def probabilities(self, gram: str) -> list[float]:
+        """`gram`'s probability in each language, computed as langdetect's `add_profile` does."""
+        n = len(gram)
+        return [1.0 * freq[gram] / n_words[n - 1] if gram in freq and 1 <= n <= 3 else 0.0
+                for freq, n_words in self._counts]
 
     def word_rows(self, padded: str) -> list[int]:
         """Rows of the known n-grams of `padded` (" " + word, and " " after it unless it ends the text)."""
@@ -176,13 +198,19 @@ class _ProfileTable:
         if rows is None:
             if len(self._word_rows) >= 200_000:
                 self._word_rows.clear()
-            rows = self._word_rows[padded] = [self.row[gram] for gram in _word_ngrams(padded, self.probs)]
+            rows = self._word_rows[padded] = [self.row[gram] for gram in _word_ngrams(padded, self.row)]
             new = [i for i in rows if not self.filled[i]]
             if new:
-                self.matrix[new] = [self.probs[self.grams[i]] for i in new]
+                self.matrix[new] = [self.probabilities(self.grams[i]) for i in new]
                 for i in new:
                     self.filled[i] = 1
         return rows
+
+
+@functools.cache
+def load_profiles() -> LanguageProfiles:
+    """The profiles, read once per process."""
+    return LanguageProfiles()
 
 
 _CHECKS_PER_BLOCK = (8, 32, 1 << 30)  # convergence checks evaluated per block of draws, growing
@@ -191,13 +219,25 @@ _CHECKS_PER_BLOCK = (8, 32, 1 << 30)  # convergence checks evaluated per block o
 class FastDetector(Detector):
     """langdetect's Detector with its per-character Python loops replaced by C-speed string operations
     and its trial loop run in numpy. Same profiles, same draws from the same seeded generator (made in
-    bulk: `SeededDraws`; the factory must have a seed), same convergence rule; the five n-grams drawn
-    between two convergence checks are multiplied together before they scale the probabilities, so only
-    the floating-point rounding of the products can differ from stock, which the tests compare against."""
+    bulk: `SeededDraws`), same convergence rule; the five n-grams drawn between two convergence checks
+    are multiplied together before they scale the probabilities, so only the floating-point rounding of
+    the products can differ from stock, which the tests compare against."""
 
     _normalized = _NormalizedChars()
-    _tables: dict[int, _ProfileTable] = {}  # by id of the factory's word_lang_prob_map
     _draws: dict[int, SeededDraws] = {}  # by seed
+
+    def __init__(self, profiles: LanguageProfiles, seed: int) -> None:
+        # Detector's attributes, from `profiles` rather than a DetectorFactory; no generator of its own.
+        self.profiles = profiles
+        self.langlist = profiles.langlist
+        self.seed = seed
+        self.text = ""
+        self.langprob: list[float] | None = None
+        self.alpha = self.ALPHA_DEFAULT
+        self.n_trial = 7
+        self.max_text_length = 10000
+        self.prior_map: list[float] | None = None
+        self.verbose = False
 
     def append(self, text: str) -> None:
         text = self.URL_RE.sub(" ", text) if "://" in text else text
@@ -209,13 +249,6 @@ class FastDetector(Detector):
         if len(_ASCII_LETTERISH_RE.findall(self.text)) * 2 < len(_NON_LATIN_RE.findall(self.text)):
             self.text = _ASCII_LETTERISH_RE.sub("", self.text)
 
-    def _table(self) -> _ProfileTable:
-        table = self._tables.get(id(self.word_lang_prob_map))
-        if table is None or table.probs is not self.word_lang_prob_map:
-            table = self._tables[id(self.word_lang_prob_map)] = _ProfileTable(self.word_lang_prob_map,
-                                                                             len(self.langlist))
-        return table
-
     def _extract_rows(self) -> list[int]:
         """langdetect's n-grams (1-3 characters, in its order) as profile table rows, built per word
         instead of per character.
@@ -225,19 +258,17 @@ class FastDetector(Detector):
         word `w` yields the n-grams of " " + w (+ " " when a space follows), unless two capitals in a
         row switch emission off; such words go through the original character loop.
         """
-        table = self._table()
         words = self.text.translate(self._normalized).split(" ")
         rows: list[int] = []
         last = len(words) - 1
         for index, word in enumerate(words):
             if word:
-                rows += table.word_rows(" " + word + (" " if index < last else ""))
+                rows += self.profiles.word_rows(" " + word + (" " if index < last else ""))
         return rows
 
     def _extract_ngrams(self) -> list[str]:
         """The n-grams themselves, as stock langdetect lists them (the tests compare the two)."""
-        grams = self._table().grams
-        return [grams[i] for i in self._extract_rows()]
+        return [self.profiles.grams[i] for i in self._extract_rows()]
 
     def _detect_block(self) -> None:
         self.cleaning_text()
@@ -247,7 +278,7 @@ class FastDetector(Detector):
         draws = self._draws.get(self.seed)
         if draws is None:
             draws = self._draws[self.seed] = SeededDraws(self.seed)
-        matrix = self._table().matrix
+        matrix = self.profiles.matrix
         total = np.zeros(len(self.langlist))
         pos, cached = 0, None  # langdetect reseeds its generator for each text
         for _ in range(self.n_trial):
@@ -332,20 +363,17 @@ def script_sample(text: str, max_chars: int) -> tuple[str, str]:
 
 class LanguageIdentifier:
     def __init__(self, seed: int, max_chars: int = 400, n_trials: int = 3, keep: Iterable[str] = ()) -> None:
-        DetectorFactory.seed = seed
-        detector_factory.init_factory()
-        self._factory = detector_factory._factory
+        self._profiles = load_profiles()
         self._seed = seed
         self._max_chars = max_chars
         self._n_trials = n_trials
         self._kept_scripts = {LANG_SCRIPT.get(lang, "latin") for lang in keep}
-        prior = Detector(self._factory)
+        prior = FastDetector(self._profiles, seed)
         prior.set_prior_map(_HAN_ONLY_PRIOR)
         self._han_prior = prior.prior_map
 
-    def detector(self, sample: str, script: str, kind: type[Detector] = FastDetector) -> Detector:
-        """A detector of `kind` set up for a sample of `script` (see the module's docstring), text appended."""
-        detector = kind(self._factory)
+    def configure(self, detector: Detector, sample: str, script: str) -> Detector:
+        """Set `detector` up for a sample of `script` (see the module's docstring) and append the sample."""
         detector.seed = self._seed
         detector.n_trial = self._n_trials
         if script == "han":
@@ -358,7 +386,7 @@ class LanguageIdentifier:
         return detector
 
     def __call__(self, text: str) -> LangResult:
-        detector = self.detector(*script_sample(text, self._max_chars))
+        detector = self.configure(FastDetector(self._profiles, self._seed), *script_sample(text, self._max_chars))
         try:
             best = detector.get_probabilities()[0]
         except (LangDetectException, IndexError):  # no letters at all

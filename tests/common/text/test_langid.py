@@ -1,9 +1,11 @@
 import random
 
 import pytest
+from langdetect import detector_factory
+from langdetect.detector import Detector
 from langdetect.lang_detect_exception import LangDetectException
 
-from stages.common.text.langid import LanguageIdentifier, SeededDraws, script_sample
+from stages.common.text.langid import FastDetector, LanguageIdentifier, SeededDraws, load_profiles, script_sample
 from stages.common.text.normalize import NormalizeOptions, normalize
 
 
@@ -64,16 +66,22 @@ STOCK_SAMPLES = [
 ]
 
 
+def stock_detector() -> Detector:
+    detector_factory.init_factory()
+    return Detector(detector_factory._factory)
+
+
+def test_profiles_are_langdetects():
+    """The profiles read straight from langdetect's files: its languages in its order, its probabilities."""
+    stock, profiles = (detector_factory.init_factory(), detector_factory._factory)[1], load_profiles()
+    assert profiles.langlist == stock.langlist and profiles.grams == list(stock.word_lang_prob_map)
+    for gram in profiles.grams[::7]:
+        assert profiles.probabilities(gram) == stock.word_lang_prob_map[gram]
+
+
 @pytest.mark.parametrize("text", STOCK_SAMPLES)
 def test_fast_detector_matches_stock_langdetect(text):
-    from langdetect import detector_factory
-    from langdetect.detector import Detector
-
-    from stages.common.text.langid import FastDetector
-
-    LanguageIdentifier(seed=0)  # loads the profiles
-    factory = detector_factory._factory
-    fast, stock = FastDetector(factory), Detector(factory)
+    fast, stock = FastDetector(load_profiles(), 3), stock_detector()
     for detector in (fast, stock):
         detector.seed = 3
         detector.n_trial = 3
@@ -107,13 +115,12 @@ def test_seeded_draws_are_those_of_random_random(seed):
 def test_fast_detector_answers_as_stock_langdetect_on_real_documents(devset_texts):
     """Where LanguageIdentifier asks langdetect (its samples of the dominant script, with its trial counts
     and the Han-only prior), the fast detector gives stock langdetect's languages and probabilities."""
-    from langdetect.detector import Detector
-
     for keep in ((), ("zh", "en")):
         langid = LanguageIdentifier(seed=0, keep=keep)
         for text in devset_texts[::9]:
             sample, script = script_sample(normalize(text, NormalizeOptions())[0], 400)
-            fast, stock = langid.detector(sample, script), langid.detector(sample, script, Detector)
+            fast = langid.configure(FastDetector(load_profiles(), 0), sample, script)
+            stock = langid.configure(stock_detector(), sample, script)
             try:
                 want = stock.get_probabilities()
             except LangDetectException:
