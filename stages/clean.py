@@ -15,7 +15,6 @@ Invariant, checked before anything is published: kept + quarantined == records r
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
@@ -219,12 +218,7 @@ class CleanStage(FilterStage):
                              "empty or blank lines only); set 'clean.allow_empty_input: true' to publish an empty "
                              "dataset")
         self.raws = itertools.chain([first] if first else [], raws)
-
-    @functools.cached_property
-    def index(self) -> DedupIndex:
-        """Built at the first review, so that importing what it needs (datasketch, scipy: a second) overlaps
-        the workers' start."""
-        return DedupIndex(self.params.dedup, self.params.seed)
+        self.index = DedupIndex(params.dedup)
 
     def documents(self) -> Iterator[RawRecord]:
         for raw in self.raws:

@@ -2,13 +2,16 @@
 
 Exact: a 128-bit hash of the text case-folded with everything but letters and digits removed, so
 whitespace, punctuation and case edits collapse. Near: MinHash signatures over word shingles, or
-character shingles for CJK text, grouped by LSH bands (datasketch). Signatures are computed in the
-workers; the index lives in one process and sees documents in input order, so the first occurrence is
-the one kept, whatever the worker count.
+character shingles for CJK text, grouped by LSH bands. Both are datasketch's (its MinHash, its
+MinHashLSH's choice of bands), computed here with numpy: importing datasketch imports scipy, 0.7 s
+in every process that does, a fifth of a small run (tests check both against datasketch). Signatures
+are computed in the workers; the index lives in one process and sees documents in input order, so the
+first occurrence is the one kept, whatever the worker count.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 
@@ -61,10 +64,7 @@ class Signer:
     default scheme ("affine32") with xxh32 as the hash function (10x cheaper per shingle than its SHA-1,
     as well mixed): each shingle's hash, pre-mixed by MurmurHash3's finaliser, goes through `num_perm`
     permutations h -> a*h + b mod 2^32 (odd a), drawn from numpy's RandomState(seed) as datasketch draws
-    them, and each permutation keeps its minimum. Done here in numpy rather than by datasketch because
-    importing datasketch imports scipy (for the LSH index's tuning), about a second of start-up in every
-    worker process; the index (`DedupIndex`, in the driver) uses datasketch, and a test checks that the
-    two agree."""
+    them, and each permutation keeps its minimum."""
 
     def __init__(self, params: DedupParams, seed: int) -> None:
         self.params = params
@@ -80,34 +80,61 @@ class Signer:
         return np.minimum.reduce(permuted, axis=0)
 
 
+def lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    """(bands, rows per band) as datasketch's MinHashLSH picks them (equal weights): among b * r <= num_perm,
+    the first (b, then r, ascending) with the least false-positive plus false-negative probability mass
+    around `threshold`. The integrands are polynomials of degree b * r, so Gauss-Legendre quadrature with
+    num_perm // 2 + 1 nodes is exact; datasketch integrates them adaptively with scipy, whose import alone
+    takes 0.7 s. A test checks the choice against datasketch's."""
+    if num_perm < 2:
+        raise ValueError("Too few permutation functions")
+    nodes, weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+
+    def integral(f, lo: float, hi: float) -> float:
+        return (hi - lo) / 2 * float(weights @ f((hi - lo) / 2 * nodes + (hi + lo) / 2))
+
+    best, choice = math.inf, (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            false_positive = integral(lambda s: 1 - (1 - s**r) ** b, 0.0, threshold)
+            false_negative = integral(lambda s: (1 - s**r) ** b, threshold, 1.0)
+            error = 0.5 * false_positive + 0.5 * false_negative
+            if error < best:
+                best, choice = error, (b, r)
+    if choice[0] < 2:
+        raise ValueError("The number of bands are too small (b < 2)")
+    return choice
+
+
 class DedupIndex:
-    """Global first-occurrence-wins index; `check` returns the id of the earlier copy, or None."""
+    """Global first-occurrence-wins index; `check` returns the id of the earlier copy, or None.
 
-    def __init__(self, params: DedupParams, seed: int) -> None:
-        from datasketch import LeanMinHash, MinHash, MinHashLSH  # here, not at the top: see `Signer`
+    Near duplicates by LSH, as datasketch's MinHashLSH finds them: a signature's `lsh_bands` bands of r
+    values each, and a document is a candidate when any of its bands equals one of an earlier document's."""
 
+    def __init__(self, params: DedupParams) -> None:
         self.params = params
-        self.seed = seed
-        self._lean = LeanMinHash
         self._exact: dict[bytes, int] = {}
-        self._lsh = MinHashLSH(threshold=params.threshold, num_perm=params.num_perm) if params.near else None
         self._kept_ids: list[str] = []
-        self._scheme = MinHash(num_perm=1, seed=seed).scheme
+        num_bands, rows = lsh_bands(params.threshold, params.num_perm) if params.near else (0, 0)
+        self._bands = [slice(i * rows, (i + 1) * rows) for i in range(num_bands)]
+        self._buckets: list[dict[bytes, list[int]]] = [{} for _ in self._bands]  # per band: value -> kept docs
 
     def check(self, doc_id: str, key: bytes, signature: np.ndarray | None) -> tuple[str, str] | None:
         """(reason, dup_of) when the document duplicates an earlier kept one, else register it."""
         if self.params.exact and key in self._exact:
             return "dedup:exact", self._kept_ids[self._exact[key]]
-        minhash = None
-        if self._lsh is not None and signature is not None:
-            minhash = self._lean(seed=self.seed, hashvalues=signature, scheme=self._scheme)
-            candidates = self._lsh.query(minhash)
-            if candidates:
-                return "dedup:near", self._kept_ids[min(candidates)]
+        bands = None
+        if self._bands and signature is not None:
+            bands = [signature[band].tobytes() for band in self._bands]
+            matches = [order for bucket, value in zip(self._buckets, bands) for order in bucket.get(value, ())]
+            if matches:
+                return "dedup:near", self._kept_ids[min(matches)]
         order = len(self._kept_ids)
         self._kept_ids.append(doc_id)
         if self.params.exact:
             self._exact[key] = order
-        if minhash is not None:
-            self._lsh.insert(order, minhash, check_duplication=False)
+        if bands is not None:
+            for bucket, value in zip(self._buckets, bands):
+                bucket.setdefault(value, []).append(order)
         return None
