@@ -164,13 +164,13 @@ class LanguageProfiles:
     """langdetect's language profiles as its `DetectorFactory.load_profile` reads them (languages in the
     order the profile folder lists them, an n-gram's probability in a language its count over that
     language's number of n-grams of its length), held as one matrix with a row per n-gram and a column per
-    language. langdetect's loader builds a list of 55 floats for each of its 87,598 n-grams, 0.3 s in every
-    worker process; here a row is filled the first time its n-gram is met (most never are), and each
-    word's n-grams are kept as row numbers, since words recur."""
+    language, built with numpy (langdetect's loader builds a list of 55 floats for each of its 87,598
+    n-grams in Python: 0.3 s in every worker process). Each word's n-grams are kept as row numbers, since
+    words recur."""
 
     def __init__(self, directory: str = detector_factory.PROFILES_DIRECTORY) -> None:
         self.langlist: list[str] = []
-        self._counts: list[tuple[dict[str, int], list[int]]] = []  # per language: n-gram counts, n_words
+        profiles = []
         for filename in os.listdir(directory):
             path = os.path.join(directory, filename)
             if filename.startswith(".") or not os.path.isfile(path):
@@ -178,19 +178,20 @@ class LanguageProfiles:
             with open(path, encoding="utf-8") as f:
                 profile = json.load(f)
             self.langlist.append(profile["name"])
-            self._counts.append((profile["freq"], profile["n_words"]))
+            profiles.append(profile)
         self.row = {gram: i for i, gram in enumerate(dict.fromkeys(itertools.chain.from_iterable(
-            freq for freq, _ in self._counts)))}
+            profile["freq"] for profile in profiles)))}
         self.grams = list(self.row)
         self.matrix = np.zeros((len(self.grams), len(self.langlist)))
-        self.filled = bytearray(len(self.grams))
+        for column, profile in enumerate(profiles):
+            freq = profile["freq"]
+            rows = np.fromiter(map(self.row.__getitem__, freq), dtype=np.intp, count=len(freq))
+            counts = np.fromiter(freq.values(), dtype=np.float64, count=len(freq))
+            lengths = np.fromiter(map(len, freq), dtype=np.intp, count=len(freq))
+            kept = (lengths >= 1) & (lengths <= 3)  # as langdetect's add_profile: 1.0 * count / n_words[length - 1]
+            n_words = np.asarray(profile["n_words"], dtype=np.float64)
+            self.matrix[rows[kept], column] = 1.0 * counts[kept] / n_words[lengths[kept] - 1]
         self._word_rows: dict[str, list[int]] = {}
-
-    def probabilities(self, gram: str) -> list[float]:
-        """`gram`'s probability in each language, computed as langdetect's `add_profile` does."""
-        n = len(gram)
-        return [1.0 * freq[gram] / n_words[n - 1] if gram in freq and 1 <= n <= 3 else 0.0
-                for freq, n_words in self._counts]
 
     def word_rows(self, padded: str) -> list[int]:
         """Rows of the known n-grams of `padded` (" " + word, and " " after it unless it ends the text)."""
@@ -199,11 +200,6 @@ class LanguageProfiles:
             if len(self._word_rows) >= 200_000:
                 self._word_rows.clear()
             rows = self._word_rows[padded] = [self.row[gram] for gram in _word_ngrams(padded, self.row)]
-            new = [i for i in rows if not self.filled[i]]
-            if new:
-                self.matrix[new] = [self.probabilities(self.grams[i]) for i in new]
-                for i in new:
-                    self.filled[i] = 1
         return rows
 
 
