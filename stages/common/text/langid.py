@@ -21,6 +21,7 @@ import functools
 import itertools
 import json
 import math
+import operator
 import os
 import random
 import re
@@ -320,10 +321,13 @@ def _word_ngrams(padded: str, known: dict) -> list[str]:
     """The known n-grams of one padded word, in langdetect's order."""
     if not padded.islower() and _has_capital_run(padded):
         return _char_loop_ngrams(padded, known)
-    # After character j: the 1-, 2- and 3-gram ending there (no 3-gram after the first character).
-    ends = range(1, len(padded))
-    triples = zip(padded[1:], [padded[j - 1 : j + 1] for j in ends], ["", *(padded[j - 2 : j + 1] for j in ends[1:])])
-    return [gram for triple in triples for gram in triple if gram in known and gram != " "]
+    # After each character from the second on: the 1-, 2- and 3-gram ending there (no 3-gram after the
+    # second), built and looked up in C. A lone space (the trailing one) is no profile n-gram, so the
+    # look-up drops it, as langdetect does.
+    unigrams = padded[1:]
+    bigrams = list(map(operator.add, padded, unigrams))
+    trigrams = ["", *map(operator.add, bigrams, padded[2:])]
+    return list(filter(known.__contains__, itertools.chain.from_iterable(zip(unigrams, bigrams, trigrams))))
 
 
 @dataclass(frozen=True)
