@@ -129,3 +129,10 @@ def test_fast_detector_answers_as_stock_langdetect_on_real_documents(devset_text
             got = fast.get_probabilities()
             assert [lang.lang for lang in got] == [lang.lang for lang in want], text[:80]
             assert [lang.prob for lang in got] == pytest.approx([lang.prob for lang in want], abs=1e-9)
+
+
+def test_texts_detected_together_get_their_answers_alone(devset_texts):
+    """identify() runs the trials of many texts in lockstep: each gets exactly what it gets alone."""
+    langid = LanguageIdentifier(seed=0, keep=("zh", "en"))
+    texts = [normalize(text, NormalizeOptions())[0] for text in devset_texts[::3]] + ["", "12345 !!!", "a"]
+    assert langid.identify(texts) == [langid(text) for text in texts]
