@@ -21,7 +21,7 @@ import xxhash
 from stages.common.runtime.params import param
 from stages.common.text.quality import CJK_LANGS
 
-_NON_WORD_RE = re.compile(r"[\W_]+")
+_WORD_RE = re.compile(r"[^\W_]+")  # runs of letters and digits
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,17 @@ class DedupParams:
 
 
 def exact_key(text: str) -> bytes:
-    return hashlib.blake2b(_NON_WORD_RE.sub("", text.casefold()).encode(), digest_size=16).digest()
+    """Hash of the text case-folded, with everything but letters and digits removed."""
+    return hashlib.blake2b("".join(_WORD_RE.findall(text.casefold())).encode(), digest_size=16).digest()
 
 
 def shingles(text: str, lang: str, word_ngram: int, char_ngram: int) -> set[str]:
+    """Character n-grams of the letters and digits (CJK), else word n-grams of the case-folded text."""
     if lang in CJK_LANGS:
-        chars = _NON_WORD_RE.sub("", text)
+        chars = "".join(_WORD_RE.findall(text))
         n = char_ngram
         return {chars[i : i + n] for i in range(max(1, len(chars) - n + 1))}
-    words = _NON_WORD_RE.sub(" ", text.casefold()).split()
+    words = _WORD_RE.findall(text.casefold())
     if len(words) <= word_ngram:
         return {" ".join(words)}
     return set(map(" ".join, zip(*(words[i:] for i in range(word_ngram)))))

@@ -376,7 +376,8 @@ def _run_trials(running: list[_Trials]) -> None:
 
 def _word_ngrams(padded: str, known: dict) -> list[str]:
     """The known n-grams of one padded word, in langdetect's order."""
-    if not padded.islower() and _has_capital_run(padded):
+    # (A run of capitals needs two, so a capitalised word has none: the test past its first letter is C.)
+    if not padded.islower() and not padded[2:].islower() and _has_capital_run(padded):
         return _char_loop_ngrams(padded, known)
     # After each character from the second on: the 1-, 2- and 3-gram ending there (no 3-gram after the
     # second), built and looked up in C. A lone space (the trailing one) is no profile n-gram, so the
@@ -405,6 +406,8 @@ def spread_sample(text: str, max_chars: int, num_windows: int = 3) -> str:
 def script_sample(text: str, max_chars: int) -> tuple[str, str]:
     """(sample of the dominant script, that script: han | kana | hangul | cyrillic | ... | latin)."""
     text = spread_sample(text, SCRIPT_SAMPLE_CHARS)
+    if text.isascii():  # no CJK, no other script: what the counts below come to
+        return spread_sample(text, max_chars), "latin"
     num_cjk = len(_CJK_RE.findall(text))
     num_other = len(_NON_CJK_LETTER_RE.findall(text)) if num_cjk else 1
     if num_cjk and num_cjk * LETTERS_PER_CJK_CHAR >= num_other:

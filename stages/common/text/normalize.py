@@ -89,7 +89,8 @@ _MOJIBAKE_HINT_RE = re.compile(
 _CGJ = "\u034f"
 # UAX #15's Stream-Safe Text Format: at most 30 non-starters in a row.
 MAX_NONSTARTERS = 30
-_SPACES_RE = re.compile(r"[ \t\u00a0\u3000]+")
+# Runs of spaces and tabs other than a lone space (which would be replaced by itself: most of the matches).
+_SPACES_RE = re.compile(r"(?: [ \t\u00a0\u3000]|[\t\u00a0\u3000])[ \t\u00a0\u3000]*")
 _BLANK_LINES_RE = re.compile(r"\n{3,}")
 
 

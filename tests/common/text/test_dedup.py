@@ -1,3 +1,6 @@
+import hashlib
+import re
+
 import numpy as np
 import pytest
 import xxhash
@@ -102,3 +105,24 @@ def test_index_finds_what_datasketchs_finds(edits, threshold):
         signature = originals[base].copy()
         signature[changed] ^= np.uint32(1 + i)
         assert ours.check(str(i), b"", signature) == theirs.check(str(i), signature)
+
+
+def check_as_first_defined(text: str) -> None:
+    """The exact key and the shingles as first defined: runs of non-word characters substituted."""
+    non_word = re.compile(r"[\W_]+")
+    assert exact_key(text) == hashlib.blake2b(non_word.sub("", text.casefold()).encode(), digest_size=16).digest()
+    words, chars = non_word.sub(" ", text.casefold()).split(), non_word.sub("", text)
+    assert shingles(text, "en", 3, 5) == {" ".join(words[i : i + 3]) for i in range(max(1, len(words) - 2))}
+    assert shingles(text, "zh", 3, 5) == {chars[i : i + 5] for i in range(max(1, len(chars) - 4))}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200) | st.lists(st.sampled_from(["Word", "ß", "İ", "_", "中文", "\u00a0", " ", "\n", "x1"]),
+                                         max_size=30).map("".join))
+def test_keys_and_shingles_as_first_defined(text):
+    check_as_first_defined(text)
+
+
+def test_keys_and_shingles_as_first_defined_on_real_documents(devset_texts):
+    for text in devset_texts:
+        check_as_first_defined(text)

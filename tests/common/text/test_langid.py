@@ -1,6 +1,8 @@
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langdetect import detector_factory
 from langdetect.detector import Detector
 from langdetect.lang_detect_exception import LangDetectException
@@ -136,3 +138,28 @@ def test_texts_detected_together_get_their_answers_alone(devset_texts):
     langid = LanguageIdentifier(seed=0, keep=("zh", "en"))
     texts = [normalize(text, NormalizeOptions())[0] for text in devset_texts[::3]] + ["", "12345 !!!", "a"]
     assert langid.identify(texts) == [langid(text) for text in texts]
+
+
+def reference_script_sample(text: str, max_chars: int) -> tuple[str, str]:
+    """script_sample without its shortcut for ASCII text."""
+    from stages.common.text import langid as L
+    text = L.spread_sample(text, L.SCRIPT_SAMPLE_CHARS)
+    num_cjk = len(L._CJK_RE.findall(text))
+    num_other = len(L._NON_CJK_LETTER_RE.findall(text)) if num_cjk else 1
+    if num_cjk and num_cjk * L.LETTERS_PER_CJK_CHAR >= num_other:
+        return script_sample(text, max_chars)  # not ASCII: no shortcut taken
+    counts = {script: len(pattern.findall(text)) for script, pattern in L._SCRIPT_RES.items()}
+    script = max(counts, key=counts.__getitem__)
+    letters = len(L._NON_CJK_LETTER_RE.findall(text)) if counts[script] else 0
+    return L.spread_sample(text, max_chars), script if counts[script] * 2 > letters else "latin"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=5000))
+def test_ascii_text_is_sampled_as_before(text):
+    assert script_sample(text, 90) == reference_script_sample(text, 90)
+
+
+def test_real_documents_are_sampled_as_before(devset_texts):
+    for text in devset_texts:
+        assert script_sample(text, 400) == reference_script_sample(text, 400)

@@ -1,3 +1,4 @@
+import re
 import unicodedata
 
 import pytest
@@ -94,7 +95,7 @@ def reference_normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", N._nonstarter_run_re().sub(lambda m: m.group() + N._CGJ, text))
     text = N._URL_RE.sub(" ", N.strip_html_tags(text))
     text = N._SYMBOL_CHARS_RE.sub(" ", N._SYMBOL_RUN_RE.sub(" ", N.remove_emails(text)))
-    lines = (N._SPACES_RE.sub(" ", line).strip() for line in text.split("\n"))
+    lines = (re.sub(r"[ \t\u00a0\u3000]+", " ", line).strip() for line in text.split("\n"))
     return N._BLANK_LINES_RE.sub("\n\n", "\n".join(lines)).strip()
 
 
