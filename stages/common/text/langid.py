@@ -82,8 +82,20 @@ class _NormalizedChars(dict):
         return value
 
 
+class _UpperChars(dict):
+    """`str.translate` table marking each character "U" where `str.isupper` holds, "-" elsewhere."""
+
+    def __missing__(self, ordinal: int) -> str:
+        self[ordinal] = value = "U" if chr(ordinal).isupper() else "-"
+        return value
+
+
+_upper_chars = _UpperChars()
+
+
 def _has_capital_run(word: str) -> bool:
-    return any(a.isupper() and b.isupper() for a, b in zip(word, word[1:]))
+    """Two characters in a row for which `str.isupper` holds."""
+    return "UU" in word.translate(_upper_chars)
 
 
 def _char_loop_ngrams(text: str, known: dict) -> list[str]:
@@ -376,8 +388,7 @@ def _run_trials(running: list[_Trials]) -> None:
 
 def _word_ngrams(padded: str, known: dict) -> list[str]:
     """The known n-grams of one padded word, in langdetect's order."""
-    # (A run of capitals needs two, so a capitalised word has none: the test past its first letter is C.)
-    if not padded.islower() and not padded[2:].islower() and _has_capital_run(padded):
+    if not padded.islower() and _has_capital_run(padded):
         return _char_loop_ngrams(padded, known)
     # After each character from the second on: the 1-, 2- and 3-gram ending there (no 3-gram after the
     # second), built and looked up in C. A lone space (the trailing one) is no profile n-gram, so the

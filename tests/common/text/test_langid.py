@@ -163,3 +163,11 @@ def test_ascii_text_is_sampled_as_before(text):
 def test_real_documents_are_sampled_as_before(devset_texts):
     for text in devset_texts:
         assert script_sample(text, 400) == reference_script_sample(text, 400)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40) | st.lists(st.sampled_from(["A", "b", "ÄÖ", "ǅ", "ϒ", "中", " ", "Σσ", "1"]), max_size=12)
+       .map("".join))
+def test_capital_runs_are_two_uppercase_characters_in_a_row(word):
+    from stages.common.text.langid import _has_capital_run
+    assert _has_capital_run(word) == any(a.isupper() and b.isupper() for a, b in zip(word, word[1:]))
