@@ -2,9 +2,10 @@
 
 Per record, cheapest first: parse/validate -> normalise (HTML, control chars, mojibake, NFKC, regex
 removals, whitespace) -> minimum length -> language ID -> quality rules -> exact key + MinHash signature.
-`Cleaner` decides that per record in the workers; the filter-stage base (stages/common/text/filters.py)
-runs it on shards of `batch_size` records over the executor (a local process pool or Ray tasks), each
-shard's results kept in `work_dir` with a completion marker, so a rerun redoes only unfinished shards.
+`Cleaner` decides that in the workers, a shard at a time (language ID for the shard's texts together);
+the filter-stage base (stages/common/text/filters.py) runs it on shards of `batch_size` records over the
+executor (a local process pool or Ray tasks), each shard's results kept in `work_dir` with a completion
+marker, so a rerun redoes only unfinished shards.
 The parent process streams the input, owns the global dedup index (`CleanStage.review`: exact keys, LSH
 bands of the signatures; first occurrence wins, in input order) and writes two Parquet datasets:
 
@@ -28,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from stages.common.runtime.atomic import check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
@@ -36,7 +36,7 @@ from stages.common.runtime.executor import check_executor, resolve_workers  # no
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
-from stages.common.text.langid import LANGUAGES, LanguageIdentifier
+from stages.common.text.langid import LANGUAGES, LangResult, LanguageIdentifier
 from stages.common.text.normalize import NormalizeOptions, normalize
 from stages.common.text.quality import QualityParams, QualityRules
 from stages.common.text.readers import (
@@ -77,7 +77,8 @@ class Params:
     min_lang_prob: float = param(0.8, min=0.0, max=1.0)
     langid_max_chars: int = param(400, min=1)
     langid_trials: int = param(3, min=1)
-    record_time_budget_s: float = param(30.0, min=0.0)  # CPU seconds per record after parsing; 0 = unlimited
+    # CPU seconds per record after parsing, language ID aside; 0 = unlimited
+    record_time_budget_s: float = param(30.0, min=0.0)
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     quality: QualityParams = field(default_factory=QualityParams)
     dedup: DedupParams = field(default_factory=DedupParams)
@@ -134,14 +135,18 @@ def dropped(doc_id: str, reason: str, source: str, index: int, record: str, lang
             "record": record}
 
 
+@dataclass
+class Normalized:
+    """A record as far as language ID."""
+    parsed: Record
+    text: str
+    original: str
+    cpu_seconds: float  # of its time budget, spent normalising it
+
+
 class Cleaner:
     """The per-record decision, built once per worker process: one result row per raw record, in order,
     with a reason where the record is dropped, else the cleaned text and its dedup keys."""
-
-    result_schema = pa.schema([("id", pa.string()), ("reason", pa.string()), ("lang", pa.string()),
-                               ("lang_prob", pa.float64()), ("source", pa.string()), ("index", pa.int64()),
-                               ("record", pa.large_string()), ("text", pa.large_string()), ("meta", pa.string()),
-                               ("key", pa.binary()), ("signature", pa.binary())])
 
     def __init__(self, params: Params) -> None:
         self.p = params
@@ -155,47 +160,64 @@ class Cleaner:
                         "cannot interrupt them")
 
     def __call__(self, batch: list[RawRecord], timings: Counter[str]) -> list[dict[str, Any]]:
-        return [self.process(raw, timings) for raw in batch]
+        """Each record as far as language ID, then language ID of all their texts at once (the detector's
+        trials run in lockstep across them, the same answers as one by one), then each one's quality rules
+        and dedup keys."""
+        firsts = [self.normalized(raw, timings) for raw in batch]
+        pending = [first for first in firsts if isinstance(first, Normalized)]
+        t0 = time.thread_time()
+        langs = iter(self.langid.identify([record.text for record in pending]))
+        timings["langid"] += time.thread_time() - t0
+        return [self.checked(first, next(langs), timings) if isinstance(first, Normalized) else first
+                for first in firsts]
 
-    def process(self, raw: RawRecord, timings: Counter[str]) -> dict[str, Any]:
-        t0 = time.perf_counter()
+    def normalized(self, raw: RawRecord, timings: Counter[str]) -> Normalized | dict[str, Any]:
+        """Parse and normalise: the record for language ID, or its result row if dropped already."""
+        t0 = time.thread_time()
         parsed = parse_raw(raw, self.p.max_record_bytes)
-        t1 = time.perf_counter()
+        t1 = time.thread_time()
         timings["parse"] += t1 - t0
         if isinstance(parsed, Rejection):
             return dropped(parsed.id, parsed.reason, parsed.source, parsed.index, parsed.original)
         try:
             with time_budget(self.p.record_time_budget_s):
-                return self._process_text(parsed, timings, t1)
+                text, _ = normalize(parsed.text, self.p.normalize)
         except RecordTooSlow:
             return dropped(parsed.id, "invalid:too_slow", parsed.source, parsed.index, original_record(parsed))
-
-    def _process_text(self, parsed: Record, timings: Counter[str], t1: float) -> dict[str, Any]:
-        """Normalise, identify the language, apply the quality rules, compute the dedup keys."""
-        text, _ = normalize(parsed.text, self.p.normalize)
-        t2 = time.perf_counter()
+        t2 = time.thread_time()
         timings["normalize"] += t2 - t1
-        meta = json.dumps(parsed.meta, ensure_ascii=False, default=str)
         original = original_record(parsed)
         if len(text) < self.rules.min_any_chars:  # before language ID: the detector is the costly step
             return dropped(parsed.id, "quality:too_short", parsed.source, parsed.index, original)
-        lang = self.langid(text)
-        t3 = time.perf_counter()
-        timings["langid"] += t3 - t2
+        return Normalized(parsed, text, original, t2 - t1)
+
+    def checked(self, record: Normalized, lang: LangResult, timings: Counter[str]) -> dict[str, Any]:
+        """The language filter, the quality rules and the dedup keys, within what is left of the time budget."""
+        parsed, text, original = record.parsed, record.text, record.original
         if lang.lang not in self.languages:
             return dropped(parsed.id, f"lang:{lang.lang}", parsed.source, parsed.index, original, lang.lang, lang.prob)
         if lang.prob < self.p.min_lang_prob:
             return dropped(parsed.id, f"lang_low_prob:{lang.lang}", parsed.source, parsed.index, original,
                            lang.lang, lang.prob)
-        reason = self.rules.check(text, lang.lang)
-        t4 = time.perf_counter()
-        timings["rules"] += t4 - t3
-        if reason:
-            return dropped(parsed.id, reason, parsed.source, parsed.index, original, lang.lang, lang.prob)
-        signature = self.signer(text, lang.lang) if self.signer else None
-        timings["signature"] += time.perf_counter() - t4
+        budget = self.p.record_time_budget_s
+        try:
+            if budget and record.cpu_seconds >= budget:
+                raise RecordTooSlow
+            with time_budget(budget - record.cpu_seconds if budget else 0):
+                t0 = time.thread_time()
+                reason = self.rules.check(text, lang.lang)
+                t1 = time.thread_time()
+                timings["rules"] += t1 - t0
+                if reason:
+                    return dropped(parsed.id, reason, parsed.source, parsed.index, original, lang.lang, lang.prob)
+                signature = self.signer(text, lang.lang) if self.signer else None
+                key = exact_key(text)
+                timings["signature"] += time.thread_time() - t1
+        except RecordTooSlow:
+            return dropped(parsed.id, "invalid:too_slow", parsed.source, parsed.index, original)
         return {"id": parsed.id, "reason": None, "lang": lang.lang, "lang_prob": lang.prob, "source": parsed.source,
-                "index": parsed.index, "record": original, "text": text, "meta": meta, "key": exact_key(text),
+                "index": parsed.index, "record": original, "text": text,
+                "meta": json.dumps(parsed.meta, ensure_ascii=False, default=str), "key": key,
                 "signature": None if signature is None else signature.tobytes()}
 
 
@@ -227,7 +249,7 @@ class CleanStage(FilterStage):
                               "empty or blank lines only); set 'clean.allow_empty_input: true' to publish an empty "
                               "dataset")
         self.raws = itertools.chain([first] if first else [], raws)
-        self.index = DedupIndex(params.dedup, params.seed)
+        self.index = DedupIndex(params.dedup)
 
     def documents(self) -> Iterator[RawRecord]:
         for raw in self.raws:

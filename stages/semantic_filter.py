@@ -76,7 +76,6 @@ class Scorer:
     """P(keep) of each document with its language's head, and its likeliest drop class; built once per
     worker process, so the heads go to each worker once."""
 
-    result_schema = pa.schema([("score", pa.float64()), ("category", pa.string())])
 
     def __init__(self, heads: dict[str, Head], pooled: str, classes: list[str], ngrams: NgramParams) -> None:
         self.heads, self.pooled, self.classes, self.ngrams = heads, pooled, classes, ngrams

@@ -34,6 +34,16 @@ def devset_dir() -> Path:
     return SHARED_DEVSET
 
 
+@pytest.fixture(scope="session")
+def devset_texts() -> list[str]:
+    """The raw texts of the devset (real documents: man pages, HTML, fortunes, in 12 languages) and of its
+    Chinese boilerplate file, for checking fast paths against the code they replace; skips without them."""
+    if not (SHARED_DEVSET / "devset.jsonl").is_file():
+        pytest.skip("../shared/devset is not present")
+    return [json.loads(line)["text"] for name in ("devset.jsonl", "devset_zh_boilerplate.jsonl")
+            for line in (SHARED_DEVSET / name).open(encoding="utf-8")]
+
+
 def write_jsonl(path: Path, records: list, compress: bool = False) -> Path:
     """Write records (dicts become JSON, bytes are written raw) one per line."""
     lines = [r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode() for r in records]

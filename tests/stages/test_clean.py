@@ -1,6 +1,8 @@
 import dataclasses
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -237,3 +239,21 @@ def test_shard_writer_flushes_large_rows_early(tmp_path):
     writer.close()
     assert pq.ParquetFile(tmp_path / "q" / "part-00000.parquet").metadata.num_row_groups == 4  # 3 rows a group
     assert [r["id"] for r in read_table(tmp_path / "q").to_pylist()] == [f"d{i}" for i in range(10)]
+
+
+def test_a_run_imports_neither_scipy_nor_pandas(tmp_path):
+    """What a run imports is paid by every run, and small inputs feel it: the forkserver imports the stage
+    before the first worker starts, each worker builds its Cleaner, the driver dedups and writes. None of
+    them may pull in datasketch and scipy, or pandas (which pyarrow imports to convert Python objects)."""
+    raw = corpus(tmp_path)
+    code = (
+        "import sys\n"
+        "from stages import clean\n"
+        "from tests.stages.test_clean import make_params\n"
+        "from pathlib import Path\n"
+        "metrics = clean.run(make_params(Path(sys.argv[2]), Path(sys.argv[1]), num_workers=1))\n"
+        "print(metrics['num_kept'], sorted(m for m in ('datasketch', 'scipy', 'pandas', 'torch') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(raw), str(tmp_path / "run")], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert proc.stdout.splitlines()[-1] == "3 []"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib
+import itertools
 import json
 import logging
 import multiprocessing
@@ -288,7 +289,14 @@ def map_shards(fn: ShardFn, payloads: Iterable[Any], work: WorkDir, executor: st
                initializer: Callable[..., None], initargs: tuple, window_per_worker: int = 2) -> Iterator[ShardResult]:
     """Run `fn(payload, folder)` for each shard not finished in `work`, `initializer(*initargs)` once per
     worker process first; yield every shard's result in order. At most `window_per_worker` shards per
-    worker are in flight (memory stays bounded); finished ones are skipped, their payloads unused."""
+    worker are in flight (memory stays bounded); finished ones are skipped, their payloads unused.
+    A local input of a single shard runs inline: a pool could run nothing of it in parallel, and its
+    start-up (a forkserver importing the stage, then the worker's initializer) would be all it adds."""
+    payloads = iter(payloads)
+    head = list(itertools.islice(payloads, 2))
+    if executor == "local" and len(head) < 2:
+        num_workers = 1
+    payloads = itertools.chain(head, payloads)
     pool = (_RayPool(address, num_workers, initializer, initargs) if executor == "ray"
             else _LocalPool(num_workers, initializer, initargs))
     pending: deque[tuple[int, Path, Any]] = deque()  # (index, folder, handle or None when resumed)

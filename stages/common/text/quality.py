@@ -7,9 +7,12 @@ Gopher's: applied as-is they drop most man pages, fortunes and technical prose (
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from stages.common.runtime.params import param
 
@@ -53,30 +56,30 @@ def _tokens(text: str, lang: str) -> list[str]:
     return text.split()
 
 
-def _top_ngram_ratio(tokens: list[str], n: int) -> float:
-    """Share of characters covered by the single most frequent n-gram (Gopher)."""
+def _top_ngram_ratio(tokens: list[str], n: int, total: int) -> float:
+    """Share of the `total` characters covered by the single most frequent n-gram (Gopher)."""
     if len(tokens) < n + 1:
         return 0.0
     counts = Counter(zip(*(tokens[i:] for i in range(n))))
     gram, count = counts.most_common(1)[0]
     if count < 2:
         return 0.0
-    total = sum(len(t) for t in tokens)
-    return count * sum(len(t) for t in gram) / total
+    return count * sum(map(len, gram)) / total
 
 
-def _dup_ngram_char_ratio(tokens: list[str], n: int) -> float:
-    """Share of characters inside n-grams that occur more than once (Gopher), counted once each."""
+def _dup_ngram_char_ratio(tokens: list[str], n: int, total: int) -> float:
+    """Share of the `total` characters inside n-grams that occur more than once (Gopher), counted once each."""
     if len(tokens) < n * 2:
         return 0.0
     grams = list(zip(*(tokens[i:] for i in range(n))))
     counts = Counter(grams)
-    covered = bytearray(len(tokens))
-    for i, gram in enumerate(grams):
-        if counts[gram] > 1:
-            covered[i : i + n] = b"\x01" * n
-    total = sum(len(t) for t in tokens)
-    return sum(len(t) for t, c in zip(tokens, covered) if c) / total
+    if len(counts) == len(grams):  # no n-gram occurs twice
+        return 0.0
+    repeated = np.fromiter(map(counts.__getitem__, grams), dtype=np.int64, count=len(grams)) > 1
+    # token j is covered when one of the n-grams starting at j-n+1 .. j is repeated
+    covered = np.convolve(repeated, np.ones(n, dtype=np.int64)) > 0
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    return int(lengths[covered].sum()) / total
 
 
 class QualityRules:
@@ -121,7 +124,9 @@ class QualityRules:
             return "quality:symbol_ratio"
         if len(_WORD_WITH_LETTER_RE.findall(text)) / len(words) < p.min_alpha_word_ratio:
             return "quality:non_alpha_words"
-        if lang == "en" and len(_EN_STOP_WORD_RE.findall(text)) < p.min_stop_words_en:
+        # Only whether there are `min_stop_words_en`: the search stops there.
+        if lang == "en" and sum(1 for _ in itertools.islice(_EN_STOP_WORD_RE.finditer(text), p.min_stop_words_en)) \
+                < p.min_stop_words_en:
             return "quality:stop_words"
         return None
 
@@ -139,10 +144,11 @@ class QualityRules:
                 return "quality:dup_lines"
             if sum(map(len, dup_lines)) / sum(map(len, lines)) > p.max_dup_line_char_ratio:
                 return "quality:dup_line_chars"
-        if _top_ngram_ratio(tokens, 2) > p.max_top_2gram_ratio:
+        total = sum(map(len, tokens))
+        if _top_ngram_ratio(tokens, 2, total) > p.max_top_2gram_ratio:
             return "quality:top_2gram"
         # 5-grams of words; for CJK, where a token is one character, 10-grams (about 5 words).
         n = 10 if tokens and len(tokens[0]) == 1 and _CJK_CHAR_RE.match(tokens[0]) else 5
-        if _dup_ngram_char_ratio(tokens, n) > p.max_dup_ngram_char_ratio:
+        if _dup_ngram_char_ratio(tokens, n, total) > p.max_dup_ngram_char_ratio:
             return "quality:dup_ngrams"
         return None

@@ -155,3 +155,21 @@ def test_a_local_ray_cluster_listens_on_loopback_only():
     addresses = json.loads(out.strip().splitlines()[-1])
     assert {name for name, _ in addresses} >= {"gcs_server", "raylet"}
     assert [(name, ip) for name, ip in addresses if ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")] == []
+
+
+def test_a_single_shard_runs_inline(tmp_path):
+    """One shard: no pool (its start-up would be all it added); the initializer runs here, in this process."""
+    work = WorkDir(tmp_path / "work", "fp")
+    pids = [r.summary["pid"] for r in map_shards(_pid_shard, ["only"], work, "local", "", 4, _noop, ())]
+    assert pids == [os.getpid()]
+    work = WorkDir(tmp_path / "work2", "fp")
+    pids = [r.summary["pid"] for r in map_shards(_pid_shard, ["a", "b"], work, "local", "", 2, _noop, ())]
+    assert os.getpid() not in pids
+
+
+def _pid_shard(payload, folder):
+    return {"pid": os.getpid()}
+
+
+def _noop():
+    pass

@@ -126,6 +126,25 @@ def test_slow_record_is_quarantined_and_accounted_for(tmp_path, monkeypatch):
     assert metrics["dropped.quality:too_short"] == 1
 
 
+def test_the_budget_covers_the_rules_too(tmp_path, monkeypatch):
+    """Language ID runs for a shard's records together; the budget goes on through the rules and dedup keys."""
+    records = [{"id": "fast", "text": EN}, {"id": "slow", "text": EN + " SLOW"}]
+    raw = write_jsonl(tmp_path / "raw" / "part-0.jsonl", records).parent
+    real_check = QualityRules.check
+
+    def slow_on_marker(self, text, lang):
+        while text.endswith("SLOW"):
+            pass
+        return real_check(self, text, lang)
+
+    monkeypatch.setattr(QualityRules, "check", slow_on_marker)
+    params = clean.Params(input=str(raw), out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m.json"),
+                          reasons_plot_path=str(tmp_path / "r.csv"), work_dir=str(tmp_path / "work"),
+                          num_workers=1, record_time_budget_s=0.2)
+    metrics = clean.run(params)
+    assert metrics["num_kept"] == 1 and metrics["dropped.invalid:too_slow"] == 1
+
+
 def test_time_budget_interrupts_a_regex_and_can_be_switched_off():
     quadratic = re.compile(r"<!--.*?-->", re.S)
     start = time.perf_counter()

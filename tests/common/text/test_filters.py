@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from stages.common.runtime.parquet import QUARANTINE_SCHEMA, read_table
@@ -37,7 +36,6 @@ class ToyParams:
 
 class WordRules:
     """The worker half: a chain of early returns, one reason each."""
-    result_schema = pa.schema([("reason", pa.string())])
 
     def __call__(self, batch: list[dict[str, Any]], timings: Counter[str]) -> list[dict[str, Any]]:
         timings["rules"] += 1.0

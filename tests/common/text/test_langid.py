@@ -1,6 +1,14 @@
-import pytest
+import random
 
-from stages.common.text.langid import LanguageIdentifier, script_sample
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langdetect import detector_factory
+from langdetect.detector import Detector
+from langdetect.lang_detect_exception import LangDetectException
+
+from stages.common.text.langid import FastDetector, LanguageIdentifier, SeededDraws, load_profiles, script_sample
+from stages.common.text.normalize import NormalizeOptions, normalize
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +68,21 @@ STOCK_SAMPLES = [
 ]
 
 
+def stock_detector() -> Detector:
+    detector_factory.init_factory()
+    return Detector(detector_factory._factory)
+
+
+def test_profiles_are_langdetects():
+    """The profiles read straight from langdetect's files: its languages in its order, its probabilities."""
+    stock, profiles = (detector_factory.init_factory(), detector_factory._factory)[1], load_profiles()
+    assert profiles.langlist == stock.langlist and profiles.grams == list(stock.word_lang_prob_map)
+    assert profiles.matrix.tolist() == list(stock.word_lang_prob_map.values())
+
+
 @pytest.mark.parametrize("text", STOCK_SAMPLES)
 def test_fast_detector_matches_stock_langdetect(text):
-    from langdetect import detector_factory
-    from langdetect.detector import Detector
-
-    from stages.common.text.langid import FastDetector
-
-    LanguageIdentifier(seed=0)  # loads the profiles
-    factory = detector_factory._factory
-    fast, stock = FastDetector(factory), Detector(factory)
+    fast, stock = FastDetector(load_profiles(), 3), stock_detector()
     for detector in (fast, stock):
         detector.seed = 3
         detector.n_trial = 3
@@ -81,3 +94,80 @@ def test_fast_detector_matches_stock_langdetect(text):
     got, want = fast.get_probabilities(), stock.get_probabilities()
     assert [lang.lang for lang in got] == [lang.lang for lang in want]
     assert [lang.prob for lang in got] == pytest.approx([lang.prob for lang in want], abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 2**40 + 7])
+def test_seeded_draws_are_those_of_random_random(seed):
+    """The trials' noise (gauss) and n-gram picks (choice), made in bulk, are exactly what langdetect's own
+    `random.Random(seed)` would give, in any interleaving and for any sequence length."""
+    draws, reference, plan = SeededDraws(seed), random.Random(seed), random.Random(seed + 1)
+    pos, cached = 0, None
+    for _ in range(300):
+        if plan.random() < 0.2:
+            value, pos, cached = draws.gauss(pos, cached)
+            assert value == reference.gauss(0.0, 1.0)
+        else:
+            n, count = plan.choice([1, 2, 3, 5, 64, 65, 1000, 40_000, 2**31 + 5]), plan.randint(1, 60)
+            picks, after = draws.choices(pos, n, count)
+            assert picks.tolist() == [reference.choice(range(n)) for _ in range(count)]
+            pos = int(after[-1])
+
+
+def test_fast_detector_answers_as_stock_langdetect_on_real_documents(devset_texts):
+    """Where LanguageIdentifier asks langdetect (its samples of the dominant script, with its trial counts
+    and the Han-only prior), the fast detector gives stock langdetect's languages and probabilities."""
+    for keep in ((), ("zh", "en")):
+        langid = LanguageIdentifier(seed=0, keep=keep)
+        for text in devset_texts[::9]:
+            sample, script = script_sample(normalize(text, NormalizeOptions())[0], 400)
+            fast = langid.configure(FastDetector(load_profiles(), 0), sample, script)
+            stock = langid.configure(stock_detector(), sample, script)
+            try:
+                want = stock.get_probabilities()
+            except LangDetectException:
+                with pytest.raises(LangDetectException):
+                    fast.get_probabilities()
+                continue
+            got = fast.get_probabilities()
+            assert [lang.lang for lang in got] == [lang.lang for lang in want], text[:80]
+            assert [lang.prob for lang in got] == pytest.approx([lang.prob for lang in want], abs=1e-9)
+
+
+def test_texts_detected_together_get_their_answers_alone(devset_texts):
+    """identify() runs the trials of many texts in lockstep: each gets exactly what it gets alone."""
+    langid = LanguageIdentifier(seed=0, keep=("zh", "en"))
+    texts = [normalize(text, NormalizeOptions())[0] for text in devset_texts[::3]] + ["", "12345 !!!", "a"]
+    assert langid.identify(texts) == [langid(text) for text in texts]
+
+
+def reference_script_sample(text: str, max_chars: int) -> tuple[str, str]:
+    """script_sample without its shortcut for ASCII text."""
+    from stages.common.text import langid as L
+    text = L.spread_sample(text, L.SCRIPT_SAMPLE_CHARS)
+    num_cjk = len(L._CJK_RE.findall(text))
+    num_other = len(L._NON_CJK_LETTER_RE.findall(text)) if num_cjk else 1
+    if num_cjk and num_cjk * L.LETTERS_PER_CJK_CHAR >= num_other:
+        return script_sample(text, max_chars)  # not ASCII: no shortcut taken
+    counts = {script: len(pattern.findall(text)) for script, pattern in L._SCRIPT_RES.items()}
+    script = max(counts, key=counts.__getitem__)
+    letters = len(L._NON_CJK_LETTER_RE.findall(text)) if counts[script] else 0
+    return L.spread_sample(text, max_chars), script if counts[script] * 2 > letters else "latin"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=5000))
+def test_ascii_text_is_sampled_as_before(text):
+    assert script_sample(text, 90) == reference_script_sample(text, 90)
+
+
+def test_real_documents_are_sampled_as_before(devset_texts):
+    for text in devset_texts:
+        assert script_sample(text, 400) == reference_script_sample(text, 400)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40) | st.lists(st.sampled_from(["A", "b", "ÄÖ", "ǅ", "ϒ", "中", " ", "Σσ", "1"]), max_size=12)
+       .map("".join))
+def test_capital_runs_are_two_uppercase_characters_in_a_row(word):
+    from stages.common.text.langid import _has_capital_run
+    assert _has_capital_run(word) == any(a.isupper() and b.isupper() for a, b in zip(word, word[1:]))

@@ -1,4 +1,9 @@
+import re
+import unicodedata
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stages.common.text.normalize import (
     NormalizeOptions,
@@ -74,3 +79,49 @@ def test_regex_removals_are_switchable(field, raw, gone):
 
 def test_whitespace_collapses_but_paragraphs_survive():
     assert normalize_whitespace("  a \t b  \n\n\n\n c\u3000d ") == "a b\n\nc d"
+
+
+# The shortcuts (a step skipped when the text lacks what every match needs) against the steps they skip.
+def reference_normalize(text: str) -> str:
+    """`normalize` with the default options, every step applied unconditionally, whitespace line by line."""
+    from stages.common.text import normalize as N
+    if N.looks_like_html(text):
+        text = N.html_to_text(text)
+    text = N._ANSI_RE.sub("", text)
+    text = N._OVERSTRIKE_RE.sub("", text)
+    text = N._CONTROL_RE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    if N._MOJIBAKE_HINT_RE.search(text):
+        text = N.ftfy.fix_encoding(text)
+    text = unicodedata.normalize("NFKC", N._nonstarter_run_re().sub(lambda m: m.group() + N._CGJ, text))
+    text = N._URL_RE.sub(" ", N.strip_html_tags(text))
+    text = N._SYMBOL_CHARS_RE.sub(" ", N._SYMBOL_RUN_RE.sub(" ", N.remove_emails(text)))
+    lines = (re.sub(r"[ \t\u00a0\u3000]+", " ", line).strip() for line in text.split("\n"))
+    return N._BLANK_LINES_RE.sub("\n\n", "\n".join(lines)).strip()
+
+
+NOISY = st.lists(st.sampled_from(["a", "Word", " ", "  ", "\t", "\u3000", "\u00a0", "\n", "\r\n", "\x1b[1m", "\x1b[m",
+                                   "N\bN", "_\bx", "\x00", "\u200b", "https://x.y/z", "WWW.a.b", "wWw.c", "ftp://q",
+                                   "://", "mail@x.org", "★★★★", "-----", "中文", "\u0301", "\u0316" * 31,
+                                   "\U0001d165" * 31, "\U000e0100", "é", "Ã©", "<b>", "&lt;p&gt;"]),
+                 max_size=40).map("".join) | st.text(max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(NOISY)
+def test_shortcuts_give_what_the_full_steps_give(text):
+    assert normalize(text, NormalizeOptions())[0] == reference_normalize(text)
+
+
+def test_shortcuts_give_what_the_full_steps_give_on_real_documents(devset_texts):
+    for text in devset_texts:
+        assert normalize(text, NormalizeOptions())[0] == reference_normalize(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["<div>", "</div>", "<p>", "<br/>", "<li>", "<ul ", ">", "<", "</", "x", "<!--", "-->",
+                                 "<!doctype html>", "<B>", "<span class='a'>", "</span>"]), max_size=60).map("".join))
+def test_the_nesting_bound_the_parser_guard_uses_holds(html):
+    """html_to_text parses without measuring the nesting when the page has at most MAX_HTML_DEPTH `<` not
+    followed by `/`: every opening tag starts at one of them, so the depth cannot be larger."""
+    from stages.common.text.normalize import html_depth
+    assert html_depth(html) <= html.count("<") - html.count("</")

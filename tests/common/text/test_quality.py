@@ -1,6 +1,11 @@
-import pytest
+from collections import Counter
 
-from stages.common.text.quality import QualityParams, QualityRules
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stages.common.text.quality import (_CJK_CHAR_RE, QualityParams, QualityRules, _dup_ngram_char_ratio,
+                                        _top_ngram_ratio)
 
 EN_GOOD = ("The river runs through the old town and the people who live there have fished in it for "
            "generations. In the spring the water rises with the melting snow.")
@@ -46,3 +51,42 @@ def test_thresholds_come_from_params():
     lenient = QualityRules(QualityParams(min_stop_words_en=0))
     text = "Lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore"
     assert lenient.check(text, "en") is None
+
+
+# The repetition ratios against the straightforward loops they replace.
+def reference_top_ngram_ratio(tokens: list[str], n: int) -> float:
+    if len(tokens) < n + 1:
+        return 0.0
+    gram, count = Counter(zip(*(tokens[i:] for i in range(n)))).most_common(1)[0]
+    return 0.0 if count < 2 else count * sum(len(t) for t in gram) / sum(len(t) for t in tokens)
+
+
+def reference_dup_ngram_char_ratio(tokens: list[str], n: int) -> float:
+    if len(tokens) < n * 2:
+        return 0.0
+    grams = list(zip(*(tokens[i:] for i in range(n))))
+    counts = Counter(grams)
+    covered = bytearray(len(tokens))
+    for i, gram in enumerate(grams):
+        if counts[gram] > 1:
+            covered[i : i + n] = b"\x01" * n
+    return sum(len(t) for t, c in zip(tokens, covered) if c) / sum(len(t) for t in tokens)
+
+
+def check_ratios(tokens: list[str]) -> None:
+    total = sum(map(len, tokens))
+    for n in (2, 5, 10):
+        assert _top_ngram_ratio(tokens, n, total) == reference_top_ngram_ratio(tokens, n)
+        assert _dup_ngram_char_ratio(tokens, n, total) == reference_dup_ngram_char_ratio(tokens, n)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "bb", "the", "of", "river", "中", "文", "x" * 12]), max_size=80))
+def test_repetition_ratios_match_the_loops(tokens):
+    check_ratios(tokens)
+
+
+def test_repetition_ratios_match_the_loops_on_real_documents(devset_texts):
+    for text in devset_texts:
+        check_ratios(text.split())
+        check_ratios(_CJK_CHAR_RE.findall(text))

@@ -1,0 +1,257 @@
+"""Benchmark `clean` against the datatrove pipeline a user would assemble instead, side by side.
+
+    python -m bench.clean_vs_datatrove                       # devset (5 rounds) and demo corpus (2 rounds)
+    python -m bench.clean_vs_datatrove --corpora devset --rounds 7
+
+The baseline (bench/_datatrove_baseline.py): JsonlReader -> GopherRepetitionFilter -> GopherQualityFilter ->
+LambdaFilter (seeded langdetect keeps zh-cn, zh-tw, en) -> JsonlWriter on a LocalPipelineExecutor with one
+task per core. It runs with the Python of its own virtualenv under bench/work/ (gitignored), made and
+filled from the package index on first use; datatrove is not a dependency of this project.
+
+Both read the same files: each corpus's valid records (`id`, `text`; what `clean` would quarantine as
+unreadable is left out, as datatrove's reader stops at the first undecodable line of a file) written
+round-robin into 8 JSONL files, so datatrove's tasks, which split the input by file, share the work evenly.
+Both run on all cores, as a command, timed from process start to exit (the outputs are published by
+then). Each is also timed on an empty input: that fixed start-up cost (interpreter, imports) is reported
+separately and taken off the other times; documents/s and the ratio use the net times (the devset is
+small). Rounds interleave the two tools, alternating which goes first, so a shared machine's load hits
+both alike; the median round counts. CPU seconds of each run are those of its whole process tree (the
+benchmark adopts orphaned descendants and reaps them), and `clean`'s own metrics split its CPU time by
+phase.
+Results: bench/results/clean_vs_datatrove.json and clean_vs_datatrove.md.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from stages.common.runtime.executor import resolve_workers
+from stages.common.text.readers import Record, iter_raw, list_input_files, parse_raw
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / "work" / "clean_vs_datatrove"
+VENV = WORK / "datatrove-venv"
+BASELINE = ROOT / "bench" / "_datatrove_baseline.py"
+BASELINE_PACKAGES = ("datatrove[processing]==0.10.1", "spacy==3.8.18", "langdetect==1.0.9", "orjson==3.13.0")
+CORPORA = {"devset": ROOT.parent / "shared" / "devset" / "devset.jsonl", "demo": ROOT / "data" / "raw" / "demo"}
+NUM_FILES = 8
+FLOOR_RATIO = 4.0  # clean's documents/s over the baseline's, net of start-up, on every corpus
+TOOLS = ("clean", "datatrove")
+
+
+def ensure_baseline_venv() -> Path:
+    """The baseline's Python, in a virtualenv made (and filled from the package index) on first use."""
+    python = VENV / "bin" / "python"
+    marker = VENV / ".installed"
+    if not (python.is_file() and marker.is_file() and marker.read_text() == "\n".join(BASELINE_PACKAGES)):
+        print(f"installing {', '.join(BASELINE_PACKAGES)} into {VENV}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        *BASELINE_PACKAGES], check=True)
+        marker.write_text("\n".join(BASELINE_PACKAGES))
+    return python
+
+
+def write_inputs(source: Path | None, folder: Path) -> tuple[int, int]:
+    """`source`'s valid records as `id`/`text` JSONL, round-robin into NUM_FILES files (none: one empty
+    file). Returns (records, bytes written)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    if source is None:
+        (folder / "part-00000.jsonl").write_bytes(b"")
+        return 0, 0
+    files = [(folder / f"part-{i:05d}.jsonl").open("w", encoding="utf-8") for i in range(NUM_FILES)]
+    num_records = num_bytes = 0
+    for raw in iter_raw(list_input_files(str(source))):
+        record = parse_raw(raw, 1 << 62)
+        if isinstance(record, Record):
+            line = json.dumps({"id": record.id, "text": record.text}, ensure_ascii=False) + "\n"
+            files[num_records % NUM_FILES].write(line)
+            num_records += 1
+            num_bytes += len(line.encode())
+    for f in files:
+        f.close()
+    return num_records, num_bytes
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux), so that the CPU time of pool workers that outlive their parent
+    is counted when they are reaped."""
+    if sys.platform != "linux":
+        return False
+    return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+
+
+def timed(argv: list[str], log_path: Path) -> tuple[float, float]:
+    """Run a command; (wall seconds from start to exit, CPU seconds of its whole process tree)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with log_path.open("w") as log:
+        start = time.perf_counter()
+        proc = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+        wall = time.perf_counter() - start
+    while True:  # orphaned descendants: wait for them, so their CPU time counts and the next run is alone
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}); see {log_path}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def run_clean(inputs: Path, run_dir: Path) -> dict:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    section = yaml.safe_load((ROOT / "params.yaml").read_text())["clean"]
+    section.update(input=str(inputs), out_dir=str(run_dir / "out"), metrics_path=str(run_dir / "metrics.json"),
+                   reasons_plot_path=str(run_dir / "reasons.csv"), work_dir=str(run_dir / "work"), num_workers=0,
+                   allow_empty_input=True)
+    (run_dir / "params.yaml").write_text(yaml.safe_dump({"clean": section}))
+    wall, cpu = timed([sys.executable, "-m", "stages.clean", "--params", str(run_dir / "params.yaml")],
+                      run_dir / "log.txt")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"wall_s": wall, "cpu_s": cpu, "num_kept": metrics["num_kept"],
+            "cpu_seconds": {k.split(".", 1)[1]: v for k, v in metrics.items() if k.startswith("cpu_seconds.")}}
+
+
+def run_datatrove(python: Path, inputs: Path, run_dir: Path, workers: int) -> dict:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    wall, cpu = timed([str(python), str(BASELINE), str(inputs), str(run_dir / "out"), str(run_dir / "logs"),
+                       str(workers)], run_dir / "log.txt")
+    stats = json.loads((run_dir / "logs" / "stats.json").read_text())
+    writer = next((step for step in stats if "WRITER" in step["name"]), None)
+    num_kept = writer["stats"].get("total", 0) if writer else 0
+    return {"wall_s": wall, "cpu_s": cpu, "num_kept": num_kept}
+
+
+def cpu_flags() -> list[str]:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return sorted(f for f in flags if f == "avx2" or f.startswith("avx512"))
+
+
+def summarise(records: int, num_bytes: int, runs: dict[str, list[dict]], startup: dict[str, dict]) -> dict:
+    """Per tool: median wall, net (less the start-up) and CPU seconds, docs/s and MB/s on the median net
+    time; per round: the ratio of documents/s (clean / datatrove) on that round's net times; and the ratio
+    of the median net CPU seconds, which a shared machine's load moves less."""
+    out: dict = {"records": records, "mb": num_bytes / 1e6, "tools": {}}
+    for tool in TOOLS:
+        walls = [r["wall_s"] for r in runs[tool]]
+        net = statistics.median(w - startup[tool]["wall_s"] for w in walls)
+        net_cpu = statistics.median(r["cpu_s"] - startup[tool]["cpu_s"] for r in runs[tool])
+        out["tools"][tool] = {
+            "wall_s": statistics.median(walls), "net_s": net, "cpu_s": statistics.median(r["cpu_s"] for r in runs[tool]),
+            "net_cpu_s": net_cpu, "docs_per_s": records / net, "mb_per_s": num_bytes / 1e6 / net,
+            "num_kept": runs[tool][0]["num_kept"], "rounds_wall_s": walls,
+            "rounds_load": [r["load_before"] for r in runs[tool]],
+        }
+    out["ratio_per_round"] = [(d["wall_s"] - startup["datatrove"]["wall_s"]) / (c["wall_s"] - startup["clean"]["wall_s"])
+                              for c, d in zip(runs["clean"], runs["datatrove"])]
+    out["ratio"] = statistics.median(out["ratio_per_round"])
+    out["net_cpu_ratio"] = out["tools"]["datatrove"]["net_cpu_s"] / out["tools"]["clean"]["net_cpu_s"]
+    phases = runs["clean"][0]["cpu_seconds"].keys()
+    out["clean_cpu_seconds"] = {p: statistics.median(r["cpu_seconds"][p] for r in runs["clean"]) for p in phases}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", nargs="+", choices=sorted(CORPORA), default=["devset", "demo"])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds on the devset and on the empty input")
+    parser.add_argument("--demo-rounds", type=int, default=2, help="rounds on the demo corpus (about 7 min each)")
+    args = parser.parse_args()
+    python = ensure_baseline_venv()
+    workers = resolve_workers(0)
+    counted = become_subreaper()
+    corpora = {name: CORPORA[name] for name in args.corpora}
+    missing = [str(path) for path in corpora.values() if not path.exists()]
+    if missing:
+        sys.exit(f"missing input: {', '.join(missing)} (the demo corpus: `dvc repro demo_corpus`)")
+    sizes = {name: write_inputs(path, WORK / "inputs" / name) for name, path in corpora.items()}
+    write_inputs(None, WORK / "inputs" / "empty")
+    rounds = {"empty": args.rounds, **{name: args.demo_rounds if name == "demo" else args.rounds for name in corpora}}
+    runs: dict[str, dict[str, list[dict]]] = {name: {tool: [] for tool in TOOLS} for name in rounds}
+    loads = []
+    for i in range(max(rounds.values())):
+        order = TOOLS if i % 2 == 0 else TOOLS[::-1]
+        for name, num_rounds in rounds.items():
+            if i >= num_rounds:
+                continue
+            for tool in order:
+                inputs, run_dir = WORK / "inputs" / name, WORK / "runs" / f"{tool}-{name}"
+                load = os.getloadavg()[0]
+                result = (run_clean(inputs, run_dir) if tool == "clean"
+                          else run_datatrove(python, inputs, run_dir, workers))
+                result["load_before"] = load
+                loads.append(load)
+                runs[name][tool].append(result)
+                print(f"round {i + 1} {name:6s} {tool:9s} {result['wall_s']:7.2f} s wall, {result['cpu_s']:7.2f} "
+                      f"CPU-s (load {load:.1f})", file=sys.stderr)
+    startup = {tool: {"wall_s": statistics.median(r["wall_s"] for r in runs["empty"][tool]),
+                      "cpu_s": statistics.median(r["cpu_s"] for r in runs["empty"][tool])} for tool in TOOLS}
+    results = {
+        "machine": {"cpus": workers, "python": platform.python_version(), "cpu_flags": cpu_flags(),
+                    "load_1min": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)},
+                    "process_tree_cpu_counted": counted},
+        "baseline": {"packages": list(BASELINE_PACKAGES), "workers": workers},
+        "startup": startup,
+        "corpora": {name: summarise(*sizes[name], runs[name], startup) for name in corpora},
+        "floor_ratio": FLOOR_RATIO,
+    }
+    results["floors_met"] = {name: c["ratio"] >= FLOOR_RATIO for name, c in results["corpora"].items()}
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "clean_vs_datatrove.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    lines = report(results)
+    (out / "clean_vs_datatrove.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def report(results: dict) -> list[str]:
+    m = results["machine"]
+    lines = ["# clean vs datatrove, side by side", "",
+             (f"machine: {m['cpus']} cores, Python {m['python']}, CPU flags {' '.join(m['cpu_flags']) or 'none'}; "
+              f"load (1 min) around the runs: min {m['load_1min']['min']:.1f}, median {m['load_1min']['median']:.1f}, "
+              f"max {m['load_1min']['max']:.1f}"),
+             f"baseline: {', '.join(results['baseline']['packages'])}, {results['baseline']['workers']} tasks",
+             "",
+             ("Fixed start-up (empty input, median): "
+              + ", ".join(f"{tool} {s['wall_s']:.2f} s wall ({s['cpu_s']:.2f} CPU-s)"
+                          for tool, s in results["startup"].items())),
+             "", "| corpus | docs | MB | tool | wall s | net s | CPU-s | net CPU-s | docs/s | MB/s | kept |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, c in results["corpora"].items():
+        for tool, t in c["tools"].items():
+            lines.append(f"| {name} | {c['records']} | {c['mb']:.1f} | {tool} | {t['wall_s']:.2f} | {t['net_s']:.2f} | "
+                         f"{t['cpu_s']:.1f} | {t['net_cpu_s']:.1f} | {t['docs_per_s']:.0f} | {t['mb_per_s']:.2f} | "
+                         f"{t['num_kept']} |")
+    lines += ["", "| corpus | ratio (docs/s, median round) | per round | net CPU-s ratio | floor | clean CPU-s by phase |",
+              "| --- | ---: | --- | ---: | --- | --- |"]
+    for name, c in results["corpora"].items():
+        phases = ", ".join(f"{p} {s:.2f}" for p, s in c["clean_cpu_seconds"].items())
+        floor = f"{results['floor_ratio']}x: {'met' if results['floors_met'][name] else 'NOT met'}"
+        lines.append(f"| {name} | **{c['ratio']:.2f}x** | {', '.join(f'{r:.2f}' for r in c['ratio_per_round'])} | "
+                     f"{c['net_cpu_ratio']:.2f}x | {floor} | {phases} |")
+    lines += ["", ("net s: median wall time less the tool's start-up (its median on the empty input); docs/s and MB/s "
+                   "on it. CPU-s: the whole process tree's; net CPU-s less the start-up's. clean's CPU-s by phase are "
+                   "its workers' (dedup_and_write: its driver's). The machine is shared: compare ratios within "
+                   "rounds, not wall times across runs.")]
+    return lines
+
+
+if __name__ == "__main__":
+    main()
