@@ -1,6 +1,6 @@
 """Benchmark `clean` against the datatrove pipeline a user would assemble instead, side by side.
 
-    python -m bench.clean_vs_datatrove                       # devset (5 rounds) and demo corpus (2 rounds)
+    python -m bench.clean_vs_datatrove                       # devset (5 rounds) and demo corpus (3 rounds)
     python -m bench.clean_vs_datatrove --corpora devset --rounds 7
 
 The baseline (bench/_datatrove_baseline.py): JsonlReader -> GopherRepetitionFilter -> GopherQualityFilter ->
@@ -172,7 +172,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", nargs="+", choices=sorted(CORPORA), default=["devset", "demo"])
     parser.add_argument("--rounds", type=int, default=5, help="rounds on the devset and on the empty input")
-    parser.add_argument("--demo-rounds", type=int, default=2, help="rounds on the demo corpus (about 7 min each)")
+    parser.add_argument("--demo-rounds", type=int, default=3, help="rounds on the demo corpus (2-6 min each)")
     args = parser.parse_args()
     python = ensure_baseline_venv()
     workers = resolve_workers(0)

@@ -138,6 +138,7 @@ class SeededDraws:
         self._bits.state = {"bit_generator": "MT19937",
                             "state": {"key": np.array(key_and_pos[:-1], dtype=np.uint32), "pos": key_and_pos[-1]}}
         self.words = np.empty(0, dtype=np.uint32)
+        self._gauss_pairs: dict[int, tuple[float, float]] = {}
 
     def _words(self, end: int) -> np.ndarray:
         """The stream up to `end` at least."""
@@ -152,25 +153,35 @@ class SeededDraws:
         return ((a >> 5) * 67108864.0 + (b >> 6)) * (1.0 / 9007199254740992.0)
 
     def gauss(self, pos: int, cached: float | None) -> tuple[float, int, float | None]:
-        """`random.gauss(0.0, 1.0)` at `pos` with `cached` its `gauss_next`: (value, new pos, new cache)."""
+        """`random.gauss(0.0, 1.0)` at `pos` with `cached` its `gauss_next`: (value, new pos, new cache).
+        Every text's first trial draws it at position 0, so the values are kept by position."""
         if cached is not None:
             return cached, pos, None
-        x2pi = self._random(pos) * random.TWOPI
-        g2rad = math.sqrt(-2.0 * math.log(1.0 - self._random(pos + 2)))
-        return math.cos(x2pi) * g2rad, pos + 4, math.sin(x2pi) * g2rad
+        pair = self._gauss_pairs.get(pos)
+        if pair is None:
+            x2pi = self._random(pos) * random.TWOPI
+            g2rad = math.sqrt(-2.0 * math.log(1.0 - self._random(pos + 2)))
+            pair = self._gauss_pairs[pos] = (math.cos(x2pi) * g2rad, math.sin(x2pi) * g2rad)
+        return pair[0], pos + 4, pair[1]
 
-    def choices(self, pos: int, n: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """`count` successive `random.choice` indices into a sequence of `n` from `pos`, and the stream
-        position after each. choice takes `n.bit_length()` bits from a word and retries while they are >= n."""
-        shift = 32 - n.bit_length()
+    def choices(self, pos: np.ndarray, n: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each stream position `pos[i]` and sequence length `n[i]` (< 2**32): `count` successive
+        `random.choice` indices into a sequence of `n[i]` from `pos[i]`, and the stream position after each,
+        as (picks, after), both of shape (len(pos), count). choice takes `n.bit_length()` bits from a word
+        and retries while they are >= n."""
+        shift = np.array([32 - int(length).bit_length() for length in n], dtype=np.uint32)[:, None]
         width = 2 * count + 64  # more than half of the words are accepted
         while True:
-            candidates = self._words(pos + width)[pos : pos + width] >> shift
-            accepted = np.flatnonzero(candidates < n)
-            if len(accepted) >= count:
-                accepted = accepted[:count]
-                return candidates[accepted].astype(np.intp), pos + 1 + accepted
+            offsets = pos[:, None] + np.arange(width)
+            candidates = self._words(int(pos.max()) + width)[offsets] >> shift
+            accepted = candidates < n[:, None]
+            rank = np.cumsum(accepted, axis=1)
+            if (rank[:, -1] >= count).all():
+                break
             width *= 2
+        chosen = accepted & (rank <= count)
+        picks = candidates[chosen].reshape(len(pos), count).astype(np.intp)
+        return picks, offsets[chosen].reshape(len(pos), count) + 1
 
 
 class LanguageProfiles:
@@ -222,8 +233,10 @@ def load_profiles() -> LanguageProfiles:
     return LanguageProfiles()
 
 
-# Convergence checks evaluated per block of draws, growing: 90% of trials on real text end within 16.
-_CHECKS_PER_BLOCK = (16, 64, 1 << 30)
+# Convergence checks per block of draws. A block costs a few numpy calls for all texts at once, so small
+# blocks cost little and spare computing draws past a trial's end (half of the trials on real text end by
+# check 8, 90% by check 16).
+_CHECKS_PER_BLOCK = (4, 4, 4, 4, 8, 16, 32, 1 << 30)
 
 
 _sum, _max = np.add.reduce, np.maximum.reduce
@@ -319,6 +332,9 @@ class _Trials:
     total: np.ndarray | None = None
 
 
+_LOCKSTEP_TEXTS = 256  # texts whose trials run together: bounds the (texts, draws, languages) factors
+
+
 def _detect_in_lockstep(todo: list[tuple[FastDetector, np.ndarray]]) -> None:
     texts = []
     for detector, rows in todo:
@@ -332,7 +348,12 @@ def _detect_in_lockstep(todo: list[tuple[FastDetector, np.ndarray]]) -> None:
             d = text.detector
             z, text.pos, text.cached = text.draws.gauss(text.pos, text.cached)
             text.weight = (d.alpha + z * d.ALPHA_WIDTH) / d.BASE_FREQ
-        _run_trials(running)
+        groups: dict[tuple[int, int], list[_Trials]] = {}  # texts on the same stream and profiles
+        for text in running:
+            groups.setdefault((id(text.draws), id(text.detector.profiles)), []).append(text)
+        for group in groups.values():
+            for start in range(0, len(group), _LOCKSTEP_TEXTS):
+                _run_trials(group[start : start + _LOCKSTEP_TEXTS])
         for text in running:
             text.total += text.prob / text.detector.n_trial
     for text in texts:
@@ -340,48 +361,47 @@ def _detect_in_lockstep(todo: list[tuple[FastDetector, np.ndarray]]) -> None:
 
 
 def _run_trials(running: list[_Trials]) -> None:
-    """One trial of each text, from its stream position; sets its probabilities and the position after its
-    last draw.
+    """One trial of each text (all on one stream and one set of profiles), from its stream position;
+    sets its probabilities and the position after its last draw.
 
     langdetect checks convergence after draw 0 and then after every fifth draw (draw i = 5c for check c),
-    stopping once a language passes CONV_THRESHOLD or at ITERATION_LIMIT. Each text's draws and the
-    products of the five factors between checks are computed a block of checks at a time; the checks
-    themselves for all texts still running at once."""
-    if not running:
-        return
+    stopping once a language passes CONV_THRESHOLD or at ITERATION_LIMIT. The texts' draws and the
+    products of the five factors between checks are computed for all of them a block of checks at a time,
+    then the checks for all texts still running at once."""
     limit, threshold = Detector.ITERATION_LIMIT, Detector.CONV_THRESHOLD
     last_check = -(-limit // 5)  # the first c with 5c >= the limit
-    probs = np.array([d._init_probability() for d in (text.detector for text in running)], dtype=np.float64)
+    draws, matrix = running[0].draws, running[0].detector.profiles.matrix
+    probs = np.array([text.detector._init_probability() for text in running], dtype=np.float64)
+    lengths = np.array([len(text.rows) for text in running])
+    rows = np.concatenate([text.rows for text in running])
+    starts = np.cumsum(lengths) - lengths  # of each text's rows in `rows`
+    weights = np.array([text.weight for text in running])
+    pos = np.array([text.pos for text in running])
+    alive = np.arange(len(running))  # the texts still running, as indices into `running`
     check = 0
     for block in _CHECKS_PER_BLOCK:
         end = min(check + block, last_check + 1)  # checks [check, end)
         first_draw = 0 if check == 0 else 5 * check - 4
-        products, afters = [], []
-        for text in running:
-            picks, after = text.draws.choices(text.pos, len(text.rows), 5 * (end - 1) + 1 - first_draw)
-            factors = text.weight + text.detector.profiles.matrix[text.rows[picks]]
-            if check == 0:  # check 0 follows a single draw
-                products.append(np.concatenate([factors[:1], factors[1:].reshape(-1, 5, factors.shape[1]).prod(axis=1)]))
-            else:
-                products.append(factors.reshape(-1, 5, factors.shape[1]).prod(axis=1))
-            afters.append(after)
-        stacked = np.stack(products)  # (texts, checks, languages)
+        picks, after = draws.choices(pos[alive], lengths[alive], 5 * (end - 1) + 1 - first_draw)
+        factors = weights[alive, None, None] + matrix[rows[starts[alive, None] + picks]]  # (texts, draws, languages)
+        steps = factors[:, 1:] if check == 0 else factors  # check 0 follows a single draw
+        products = steps.reshape(len(alive), -1, 5, factors.shape[2]).prod(axis=2)
+        if check == 0:
+            products = np.concatenate([factors[:, :1], products], axis=1)
         for j in range(end - check):
-            probs *= stacked[:, j]
+            probs *= products[:, j]
             probs /= _sum(probs, axis=1)[:, None]  # each row as alone: the same pairwise sum of its values
             done = _max(probs, axis=1) > threshold
             if done.any() or 5 * (check + j) >= limit:
                 done |= 5 * (check + j) >= limit
                 last_draw = 5 * j if check == 0 else 5 * j + 4
                 for i in np.flatnonzero(done):
-                    running[i].prob, running[i].pos = probs[i].copy(), int(afters[i][last_draw])
+                    running[alive[i]].prob, running[alive[i]].pos = probs[i].copy(), int(after[i, last_draw])
                 keep = np.flatnonzero(~done)
                 if not len(keep):
                     return
-                probs, stacked = probs[keep], stacked[keep]
-                running, afters = [running[i] for i in keep], [afters[i] for i in keep]
-        for text, after in zip(running, afters):
-            text.pos = int(after[-1])
+                probs, products, after, alive = probs[keep], products[keep], after[keep], alive[keep]
+        pos[alive] = after[:, -1]
         check = end
     raise AssertionError("the iteration limit ends every trial")
 

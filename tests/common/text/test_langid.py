@@ -1,5 +1,6 @@
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -98,19 +99,24 @@ def test_fast_detector_matches_stock_langdetect(text):
 
 @pytest.mark.parametrize("seed", [0, 3, 2**40 + 7])
 def test_seeded_draws_are_those_of_random_random(seed):
-    """The trials' noise (gauss) and n-gram picks (choice), made in bulk, are exactly what langdetect's own
-    `random.Random(seed)` would give, in any interleaving and for any sequence length."""
-    draws, reference, plan = SeededDraws(seed), random.Random(seed), random.Random(seed + 1)
-    pos, cached = 0, None
-    for _ in range(300):
+    """The trials' noise (gauss) and n-gram picks (choice), made in bulk for several texts at once, are
+    exactly what langdetect's own `random.Random(seed)` would give each, in any interleaving, for any
+    sequence length."""
+    draws, plan = SeededDraws(seed), random.Random(seed + 1)
+    lengths = [1, 2, 3, 5, 64, 65, 1000, 40_000, 2**31 + 5]
+    references = [random.Random(seed) for _ in lengths]
+    pos, cached = np.zeros(len(lengths), dtype=np.int64), [None] * len(lengths)
+    for _ in range(60):
         if plan.random() < 0.2:
-            value, pos, cached = draws.gauss(pos, cached)
-            assert value == reference.gauss(0.0, 1.0)
+            for i, reference in enumerate(references):
+                value, pos[i], cached[i] = draws.gauss(int(pos[i]), cached[i])
+                assert value == reference.gauss(0.0, 1.0)
         else:
-            n, count = plan.choice([1, 2, 3, 5, 64, 65, 1000, 40_000, 2**31 + 5]), plan.randint(1, 60)
-            picks, after = draws.choices(pos, n, count)
-            assert picks.tolist() == [reference.choice(range(n)) for _ in range(count)]
-            pos = int(after[-1])
+            count = plan.randint(1, 60)
+            picks, after = draws.choices(pos, np.array(lengths), count)
+            for i, (reference, n) in enumerate(zip(references, lengths)):
+                assert picks[i].tolist() == [reference.choice(range(n)) for _ in range(count)]
+            pos = after[:, -1]
 
 
 def test_fast_detector_answers_as_stock_langdetect_on_real_documents(devset_texts):
