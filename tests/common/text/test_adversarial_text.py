@@ -139,8 +139,8 @@ def test_the_budget_covers_the_rules_too(tmp_path, monkeypatch):
 
     monkeypatch.setattr(QualityRules, "check", slow_on_marker)
     params = clean.Params(input=str(raw), out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m.json"),
-                          reasons_plot_path=str(tmp_path / "r.csv"), work_dir=str(tmp_path / "work"),
-                          num_workers=1, record_time_budget_s=0.2)
+                          detail_path=str(tmp_path / "m.detail.json"), reasons_plot_path=str(tmp_path / "r.csv"),
+                          work_dir=str(tmp_path / "work"), num_workers=1, record_time_budget_s=0.2)
     metrics = clean.run(params)
     assert metrics["num_kept"] == 1 and metrics["dropped.invalid:too_slow"] == 1
 
