@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from stages.common.runtime.storage import input_size, open_input
+
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz", ".jsonl.zst", ".ndjson.zst",
                   ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
@@ -141,8 +143,8 @@ def list_input_files(path: str, pattern: str = "*") -> list[str]:
 def check_zstd_frames(path: str) -> None:
     """Raise `InputError` unless every zstd frame in `path` is complete. zstandard's stream reader ends
     quietly where a cut file ends, so this walks the frame and block headers (a few bytes each)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    with open_input(path) as f:
+        size = input_size(path)
 
         def read_at(offset: int, n: int, what: str) -> bytes:
             if offset + n > size:
@@ -254,7 +256,7 @@ class _LineReader:
 
 def _open_stream(path: str, stack: ExitStack) -> tuple[BinaryIO, BinaryIO]:
     """(decompressed stream, the file under it): the file's position says how far a damaged stream got."""
-    raw = stack.enter_context(open(path, "rb"))
+    raw = stack.enter_context(open_input(path))
     lower = path.lower()
     if lower.endswith(".gz"):
         return stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")), raw
@@ -335,13 +337,14 @@ def _value(column: pa.Array, i: int) -> tuple[Any, str]:
 def _iter_parquet(path: str) -> Iterator[RawRecord]:
     index = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            columns = [_column_values(column) for column in batch.columns]
-            for i in range(batch.num_rows):
-                index += 1
-                row = {name: values[i] for name, (values, _) in zip(batch.schema.names, columns)}
-                error = next((errors[i] for _, errors in columns if errors[i]), "")
-                yield RawRecord(path, index, "row", row, len(str(row.get("text", ""))), error)
+        with open_input(path) as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=1024):
+                columns = [_column_values(column) for column in batch.columns]
+                for i in range(batch.num_rows):
+                    index += 1
+                    row = {name: values[i] for name, (values, _) in zip(batch.schema.names, columns)}
+                    error = next((errors[i] for _, errors in columns if errors[i]), "")
+                    yield RawRecord(path, index, "row", row, len(str(row.get("text", ""))), error)
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: unreadable Parquet data after row {index}: {e}") from e
 
