@@ -59,7 +59,7 @@ STAGE = "qat"
 def _qat_distill() -> DistillParams:
     # The distillation loss (KL + LM) at a low rate: weights move by fractions of a quantization step.
     # (Pure KL, kd_weight 1 / lm_weight 0, measured on the demo: no gain over PTQ, which is already within
-    # 0.2% of FP32 there; the LM term also keeps training the model, see README.)
+    # 0.2% of FP32 there; the LM term also keeps training the model, see docs/compress.md).
     return DistillParams(steps=60, optim=DistillOptim(lr=1e-4, warmup_steps=5))
 
 
