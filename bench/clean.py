@@ -43,7 +43,8 @@ def run_clean(params: clean.Params, input_path: Path, workers: int | None) -> tu
     """Run the stage into a temp dir; return (metrics, outcome per id)."""
     with tempfile.TemporaryDirectory() as tmp:
         overrides = {"input": str(input_path), "out_dir": f"{tmp}/out", "metrics_path": f"{tmp}/metrics.json",
-                     "reasons_plot_path": f"{tmp}/reasons.csv", "work_dir": f"{tmp}/work"}
+                     "reasons_plot_path": f"{tmp}/reasons.csv", "work_dir": f"{tmp}/work",
+                     "detail_path": f"{tmp}/detail.json"}
         if workers is not None:
             overrides["num_workers"] = workers
         p = dataclasses.replace(params, **overrides)

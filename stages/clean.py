@@ -38,7 +38,7 @@ from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 from stages.common.text.langid import LANGUAGES, LangResult, LanguageIdentifier
 from stages.common.text.normalize import NormalizeOptions, normalize
-from stages.common.text.quality import QualityParams, QualityRules
+from stages.common.text.quality import QualityParams, QualityRules, languages_without_stop_words
 from stages.common.text.readers import (
     DEFAULT_MAX_RECORD_BYTES,
     RawRecord,
@@ -242,6 +242,9 @@ class CleanStage(FilterStage):
             raise ConfigError(f"param 'clean.input': {e}") from None
         log.info("clean: %d input file(s), executor %s, %d worker(s)", len(self.files), params.executor,
                  self.num_workers)
+        if params.quality.min_stop_words:
+            for lang in languages_without_stop_words(params.languages):
+                log.info("clean: no stop-word list for %r: the stop-word rule is skipped for it", lang)
         raws = iter_raw(self.files, params.max_record_bytes)
         first = next(raws, None)  # before the work folder or any output is touched
         if first is None and not params.allow_empty_input:

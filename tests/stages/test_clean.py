@@ -16,6 +16,7 @@ from stages import clean
 from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import QUARANTINE_SCHEMA, PartWriter, read_table
 from stages.common.text.filters import Dropped
+from stages.common.text.langid import LANGUAGES
 from stages.common.text.readers import InputError
 from tests.conftest import ROOT, load_bench, write_jsonl
 
@@ -126,6 +127,34 @@ def test_invalid_params_are_named():
         make_params(Path("tmp"), Path("raw"), min_lang_prob=2.0)
 
 
+def test_any_language_the_detector_knows_can_be_kept():
+    params = make_params(Path("tmp"), Path("raw"), languages=LANGUAGES)
+    assert set(params.languages) >= {"ru", "de", "ja", "th", "ko", "ar", "hi"}
+    with pytest.raises(ValueError, match=r"'clean.languages\[1\]': must be one of af, ar, bg, .*, zh, got 'xx'"):
+        make_params(Path("tmp"), Path("raw"), languages=("zh", "xx"))
+
+
+KO = ["이 강은 오래된 마을을 지나 흐르고, 그곳에 사는 사람들은 여러 세대에 걸쳐 강에서 물고기를 잡아 왔다. "
+      "봄이 되면 눈이 녹아 물이 불어나고 어부들은 강가에서 그물을 손질한다.",
+      "도서관은 아침 아홉 시에 문을 열고, 학생들은 시험을 준비하기 위해 조용한 자리를 찾아 책을 펼친다. "
+      "점심이 지나면 열람실은 거의 가득 찬다.",
+      "할머니는 매년 가을마다 마당에서 김치를 담그셨고, 온 가족이 모여 배추를 절이고 양념을 버무리며 "
+      "하루를 함께 보냈다."]
+
+
+def test_a_language_without_stop_words_is_kept_and_logged_once(tmp_path, caplog):
+    records = [{"id": f"ko-{i}", "text": text} for i, text in enumerate(KO)] + [{"id": "en", "text": EN}]
+    write_jsonl(tmp_path / "raw" / "x.jsonl", records)
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, languages=("en", "ko", "sw"))
+    with caplog.at_level("INFO", logger="refinery.clean"):
+        clean.run(params)
+    docs, quarantine = outputs(params)
+    assert sorted(d["lang"] for d in docs) == ["en"] + ["ko"] * 3 and not quarantine
+    notices = [r.getMessage() for r in caplog.records if "stop-word" in r.getMessage()]
+    assert notices == ["clean: no stop-word list for 'ko': the stop-word rule is skipped for it",
+                       "clean: no stop-word list for 'sw': the stop-word rule is skipped for it"]
+
+
 GOOD = st.sampled_from([EN, EN2, ZH, DE, PAGE])
 BAD = st.sampled_from([b'{"text": ', b'{"text": "\xff\xfe"}', b"42", b'{"text": null}', b'{"text": ""}',
                        b'{"x": 1}', b'{"text": "\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\u0008'
@@ -158,6 +187,22 @@ def test_devset_floors(tmp_path, devset_dir):
     assert s["good_zh_en_keep_rate"] >= 0.90
     assert s["exact_dup_recall"] == 1.0 and s["near_dup_recall"] >= 0.9
     assert s["kept_docs_with_html_tags"] == 0
+
+
+def test_devset_every_language(tmp_path, devset_dir):
+    """Every devset language kept at once (bench/languages.py reports the same figures)."""
+    bench = load_bench("languages")
+    rows = [json.loads(line) for line in (devset_dir / "devset.jsonl").open(encoding="utf-8")]
+    params = dataclasses.replace(load_section("clean", clean.Params, ROOT / "params.yaml"),
+                                 languages=tuple(sorted({r["lang"] for r in rows})))
+    write_jsonl(tmp_path / "raw" / "devset.jsonl", [{"id": r["id"], "text": r["text"]} for r in rows])
+    _, outcome = load_bench("clean").run_clean(params, tmp_path / "raw" / "devset.jsonl", workers=2)
+    per_lang = bench.score(rows, outcome)
+    for lang, s in per_lang.items():
+        if s["targeted"]:
+            assert s["langid_accuracy"] >= 0.95, (lang, s)
+        if s["eligible"] >= 20:  # enough documents for a share to say something
+            assert s["kept_share"] >= 0.9, (lang, s)
 
 
 def test_hostile_records_are_quarantined_and_every_record_accounted_for(tmp_path):

@@ -15,6 +15,7 @@ documents gets the cutoffs of all documents pooled.
 from __future__ import annotations
 
 import csv
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from stages.common.lm.token_shards import TIERS
 from stages.common.runtime.device import autocast
 
 POOLED = "*"  # the cutoffs row of all languages pooled
+
+log = logging.getLogger("refinery.perplexity")
 
 
 def _pieces(lengths: np.ndarray, seq_len: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,8 +100,12 @@ def compute_cutoffs(perplexity: np.ndarray, langs: np.ndarray, percentiles: tupl
     cutoffs = {POOLED: cut(perplexity, "pooled")}
     for lang in sorted(set(langs.tolist())):
         values = perplexity[langs == lang]
-        cutoffs[lang] = cut(values, "lang") if len(values) >= min_docs else Cutoffs(
-            cutoffs[POOLED].easy_max, cutoffs[POOLED].medium_max, len(values), "pooled")
+        if len(values) >= min_docs:
+            cutoffs[lang] = cut(values, "lang")
+        else:  # too few documents for its own percentiles: a language as small as it is gets the pooled ones
+            log.info("perplexity: %d document(s) in %r, fewer than min_docs_per_lang (%d): it gets the pooled "
+                     "cutoffs", len(values), lang, min_docs)
+            cutoffs[lang] = Cutoffs(cutoffs[POOLED].easy_max, cutoffs[POOLED].medium_max, len(values), "pooled")
     return cutoffs
 
 

@@ -178,6 +178,10 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
+    renamed = getattr(cls, "RENAMED_PARAMS", {})  # old key -> new key, for a dataclass whose keys were renamed
+    if unknown and unknown[0] in renamed:
+        raise ConfigError(f"param {prefix + unknown[0]!r} was renamed {prefix + renamed[unknown[0]]!r}: "
+                          "rename it in the params file")
     if unknown:
         close = difflib.get_close_matches(unknown[0], fields, n=1)
         raise ValueError(f"unknown param {prefix + unknown[0]!r} ("

@@ -12,10 +12,7 @@ import torch
 import xxhash
 
 from stages.common.runtime.params import param
-from stages.common.text.quality import CJK_LANGS
-
-_CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
-
+from stages.common.text.quality import script_chars
 
 _WORD_RE = re.compile(r"[^\W_]+")
 
@@ -87,8 +84,9 @@ class NgramParams:
 def hashed_ngrams(text: str, lang: str, params: NgramParams) -> tuple[np.ndarray, np.ndarray]:
     """(bucket ids, weights): log-scaled counts of hashed n-grams, L2-normalised."""
     text = text[: params.max_chars]
-    if lang in CJK_LANGS:
-        tokens, sizes, sep = _CJK_CHAR_RE.findall(text), params.cjk_char_ngrams, ""
+    chars = script_chars(lang)  # a language written without spaces: n-grams of its script's characters
+    if chars:
+        tokens, sizes, sep = chars.findall(text), params.cjk_char_ngrams, ""
     else:
         tokens, sizes, sep = _WORD_RE.findall(text.lower()), params.word_ngrams, " "
     counts: Counter[int] = Counter()

@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from stages.common.runtime.params import param
-from stages.common.text.quality import CJK_LANGS
+from stages.common.text.quality import UNSPACED_LANGS
 
 _WORD_RE = re.compile(r"[^\W_]+")  # runs of letters and digits
 
@@ -41,8 +41,9 @@ def exact_key(text: str) -> bytes:
 
 
 def shingles(text: str, lang: str, word_ngram: int, char_ngram: int) -> set[str]:
-    """Character n-grams of the letters and digits (CJK), else word n-grams of the case-folded text."""
-    if lang in CJK_LANGS:
+    """Character n-grams of the letters and digits (languages written without spaces), else word n-grams of
+    the case-folded text."""
+    if lang in UNSPACED_LANGS:
         chars = "".join(_WORD_RE.findall(text))
         n = char_ngram
         return {chars[i : i + n] for i in range(max(1, len(chars) - n + 1))}

@@ -1,46 +1,94 @@
-"""Heuristic quality rules in the spirit of Gopher (Rae et al., 2021) and C4, with CJK variants.
+"""Heuristic quality rules in the spirit of Gopher (Rae et al., 2021) and C4, by script.
 
 `QualityRules.check(text, lang)` runs cheap rules first and returns the first failing reason
-(`quality:<rule>`) or None. Word rules do not apply to Chinese and Japanese, which are written
-without spaces, so those languages get character-based counterparts. Thresholds are looser than
-Gopher's: applied as-is they drop most man pages, fortunes and technical prose (see README).
+(`quality:<rule>`) or None. Which rules apply follows how the language is written, not which
+language it is:
+- languages written without spaces between words (Chinese, Japanese, Thai, Lao, Khmer, Burmese:
+  `SCRIPT_CHARS`) get character rules, counted on the characters of their script;
+- every other language gets word rules on whitespace-separated words, which count letters of any
+  script (Cyrillic, Greek, Hangul, ...), plus the stop-word rule where `stopwords.yaml` has a list.
+Korean is written with spaces between words (eojeol), so it gets word rules: its words are a few
+syllable blocks long, within the word-length bounds, and word n-grams mean what they mean elsewhere.
+Layout and repetition rules apply to all. Thresholds are looser than Gopher's: applied as-is they drop
+most man pages, fortunes and technical prose (see README).
 """
 from __future__ import annotations
 
 import itertools
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+import yaml
 
 from stages.common.runtime.params import param
 
-CJK_LANGS = frozenset({"zh", "ja", "ko"})
-_CJK_CHAR_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+STOP_WORDS_PATH = Path(__file__).with_name("stopwords.yaml")
+# Han, kana and hangul, as Chinese and Japanese text mixes them.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+# Languages written without spaces between words -> the characters of their script (Unicode blocks,
+# combining vowel signs included: each code point counts as one character).
+SCRIPT_CHARS = {
+    "zh": _CJK,
+    "ja": _CJK,
+    "th": "\u0e00-\u0e7f",  # Thai
+    "lo": "\u0e80-\u0eff",  # Lao
+    "km": "\u1780-\u17ff\u19e0-\u19ff",  # Khmer and Khmer symbols
+    "my": "\u1000-\u109f\ua9e0-\ua9ff\uaa60-\uaa7f",  # Myanmar and its extensions
+}
+UNSPACED_LANGS = frozenset(SCRIPT_CHARS)
+# The repeated n-gram rule takes word 5-grams; in these languages, character n-grams of about five words:
+# Chinese words average under two characters, Japanese ones (kana endings, katakana loanwords) nearer
+# three, and a Thai, Lao, Khmer or Burmese word is about four code points (its vowel signs and tone
+# marks are code points of their own).
+DUP_NGRAM_CHARS = {"zh": 10, "ja": 15, "th": 20, "lo": 20, "km": 20, "my": 20}
+_SCRIPT_CHAR_RES = {lang: re.compile(f"[{chars}]") for lang, chars in SCRIPT_CHARS.items()}
+_CJK_CHAR_RE = _SCRIPT_CHAR_RES["zh"]
 _BULLET_RE = re.compile(r"^\s*(?:[-*•·‣◦▪●]|\d+[.)])\s")
 _ELLIPSIS_RE = re.compile(r"(?:\.\.\.|…)\s*$")
-# From a word's first letter to its end: one match per word that has a letter. (`\S*?` in front, to
-# match whole words, retries every position of a word without letters: quadratic on a long one.)
+# From a word's first letter (of any script) to its end: one match per word that has a letter. (`\S*?`
+# in front, to match whole words, retries every position of a word without letters: quadratic on a long one.)
 _WORD_WITH_LETTER_RE = re.compile(r"[^\W\d_]\S*")
-# Gopher's stop words: real English prose contains at least two of them.
-EN_STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
-_EN_STOP_WORD_RE = re.compile(r"\b(?:" + "|".join(sorted(EN_STOP_WORDS)) + r")\b", re.I)
+# Stripped from both ends of a word before it is looked up in a stop-word list.
+_WORD_PUNCT = "\"'`.,;:!?()[]{}<>«»‹›„“”‚‘’…—–-/\\*_¡¿|।॥"
+
+
+def script_chars(lang: str) -> re.Pattern[str] | None:
+    """One character of `lang`'s script, for a language written without spaces; None for the others."""
+    return _SCRIPT_CHAR_RES.get(lang)
+
+
+@cache
+def stop_words() -> dict[str, frozenset[str]]:
+    """Per language, its most frequent function words (stopwords.yaml), case-folded."""
+    with STOP_WORDS_PATH.open(encoding="utf-8") as f:
+        lists = yaml.safe_load(f)
+    return {lang: frozenset(word.casefold() for word in words.split()) for lang, words in lists.items()}
+
+
+def languages_without_stop_words(langs: Iterable[str]) -> list[str]:
+    """The languages of `langs` that get word rules but have no stop-word list: the rule skips them."""
+    return sorted(lang for lang in set(langs) if lang not in UNSPACED_LANGS and lang not in stop_words())
 
 
 @dataclass(frozen=True)
 class QualityParams:
-    min_chars: int = param(50, min=0)  # languages written with spaces; CJK text uses min_cjk_chars
+    min_chars: int = param(50, min=0)  # languages written with spaces; the others use min_script_chars
     # word-based rules (languages written with spaces)
     min_words: int = param(10, min=0)
     min_mean_word_length: float = param(2.0, min=0.0)
     max_mean_word_length: float = param(12.0, min=0.0)
     max_symbol_word_ratio: float = param(0.1, min=0.0)  # per word: can exceed 1
-    min_alpha_word_ratio: float = param(0.4, min=0.0, max=1.0)
-    min_stop_words_en: int = param(2, min=0)
-    # character-based rules (zh, ja, ko)
-    min_cjk_chars: int = param(20, min=0)
-    min_cjk_ratio: float = param(0.15, min=0.0, max=1.0)
+    min_alpha_word_ratio: float = param(0.4, min=0.0, max=1.0)  # words with a letter of any script
+    min_stop_words: int = param(2, min=0)  # languages with a list in stopwords.yaml
+    # character-based rules (languages written without spaces: SCRIPT_CHARS)
+    min_script_chars: int = param(20, min=0)
+    min_script_ratio: float = param(0.15, min=0.0, max=1.0)
     # layout and repetition rules (all languages)
     max_bullet_line_ratio: float = param(0.9, min=0.0, max=1.0)
     max_ellipsis_line_ratio: float = param(0.3, min=0.0, max=1.0)
@@ -49,11 +97,16 @@ class QualityParams:
     max_top_2gram_ratio: float = param(0.2, min=0.0, max=1.0)
     max_dup_ngram_char_ratio: float = param(0.45, min=0.0, max=1.0)
 
+    # Keys these rules had under other names: an old params file gets an error naming the new key.
+    RENAMED_PARAMS: ClassVar[dict[str, str]] = {"min_stop_words_en": "min_stop_words",
+                                                 "min_cjk_chars": "min_script_chars",
+                                                 "min_cjk_ratio": "min_script_ratio"}
+
 
 def _tokens(text: str, lang: str) -> list[str]:
-    if lang in CJK_LANGS:
-        return _CJK_CHAR_RE.findall(text)
-    return text.split()
+    """The characters of the language's script (written without spaces), else whitespace-separated words."""
+    chars = _SCRIPT_CHAR_RES.get(lang)
+    return chars.findall(text) if chars else text.split()
 
 
 def _top_ngram_ratio(tokens: list[str], n: int, total: int) -> float:
@@ -89,25 +142,28 @@ class QualityRules:
     @property
     def min_any_chars(self) -> int:
         """Below this length no language passes, so such text is dropped before language ID."""
-        return min(self.p.min_chars, self.p.min_cjk_chars)
+        return min(self.p.min_chars, self.p.min_script_chars)
 
     def check(self, text: str, lang: str) -> str | None:
         tokens = _tokens(text, lang)
-        if lang in CJK_LANGS:
-            reason = self._check_cjk(text, tokens)
+        if lang in UNSPACED_LANGS:
+            reason = self._check_chars(text, tokens)
         else:
             reason = self._check_words(text, tokens, lang)
         if reason:
             return reason
-        return self._check_layout(text, tokens)
+        return self._check_layout(text, tokens, lang)
 
-    def _check_cjk(self, text: str, chars: list[str]) -> str | None:
+    def _check_chars(self, text: str, chars: list[str]) -> str | None:
+        """No stop-word rule here: finding words needs a segmenter, and the most frequent particles (的, の)
+        are single characters found in nearly any text of the script, boilerplate included. The script
+        ratio does that rule's job: how much of the text is written in the language's script at all."""
         p = self.p
-        if len(chars) < p.min_cjk_chars:
+        if len(chars) < p.min_script_chars:
             return "quality:too_short"
         non_space = len(text) - text.count(" ") - text.count("\n")
-        if len(chars) / non_space < p.min_cjk_ratio:
-            return "quality:low_cjk_ratio"
+        if len(chars) / non_space < p.min_script_ratio:
+            return "quality:low_script_ratio"
         return None
 
     def _check_words(self, text: str, words: list[str], lang: str) -> str | None:
@@ -124,13 +180,15 @@ class QualityRules:
             return "quality:symbol_ratio"
         if len(_WORD_WITH_LETTER_RE.findall(text)) / len(words) < p.min_alpha_word_ratio:
             return "quality:non_alpha_words"
-        # Only whether there are `min_stop_words_en`: the search stops there.
-        if lang == "en" and sum(1 for _ in itertools.islice(_EN_STOP_WORD_RE.finditer(text), p.min_stop_words_en)) \
-                < p.min_stop_words_en:
-            return "quality:stop_words"
+        listed = stop_words().get(lang)
+        if listed is not None and p.min_stop_words:
+            # Only whether there are `min_stop_words`: the search stops there.
+            found = (word for word in words if word.strip(_WORD_PUNCT).casefold() in listed)
+            if sum(1 for _ in itertools.islice(found, p.min_stop_words)) < p.min_stop_words:
+                return "quality:stop_words"
         return None
 
-    def _check_layout(self, text: str, tokens: list[str]) -> str | None:
+    def _check_layout(self, text: str, tokens: list[str], lang: str) -> str | None:
         p = self.p
         lines = [line for line in text.split("\n") if line.strip()]
         if lines:
@@ -147,8 +205,7 @@ class QualityRules:
         total = sum(map(len, tokens))
         if _top_ngram_ratio(tokens, 2, total) > p.max_top_2gram_ratio:
             return "quality:top_2gram"
-        # 5-grams of words; for CJK, where a token is one character, 10-grams (about 5 words).
-        n = 10 if tokens and len(tokens[0]) == 1 and _CJK_CHAR_RE.match(tokens[0]) else 5
+        n = DUP_NGRAM_CHARS.get(lang, 5)  # 5-grams of words, or of characters about as long
         if _dup_ngram_char_ratio(tokens, n, total) > p.max_dup_ngram_char_ratio:
             return "quality:dup_ngrams"
         return None

@@ -151,3 +151,18 @@ def test_histogram_counts_every_document_and_marks_cutoffs():
         assert marks == pytest.approx(np.log10([cutoffs[lang].easy_max, cutoffs[lang].medium_max]), abs=1e-4)
     bins = [r for r in rows if r["lang"] == "en" and r["kind"] == "bin"]
     assert [r["tier"] for r in bins] == sorted((r["tier"] for r in bins), key=["easy", "medium", "hard"].index)
+
+
+def test_a_small_language_gets_the_pooled_cutoffs_and_says_so(caplog):
+    """Any language code works; one with fewer than `min_docs` documents is tiered by the pooled cutoffs."""
+    rng = np.random.default_rng(0)
+    ppl = np.concatenate([rng.lognormal(3, 0.5, 300), rng.lognormal(4, 0.5, 200), [5.0, 500.0, 50.0]])
+    langs = np.array(["en"] * 300 + ["ru"] * 200 + ["th"] * 3, dtype=object)
+    with caplog.at_level("INFO", logger="refinery.perplexity"):
+        cutoffs = compute_cutoffs(ppl, langs, (33.3, 66.7), min_docs=100)
+    assert cutoffs["ru"].source == "lang" and cutoffs["ru"].num_docs == 200
+    assert cutoffs["th"].source == "pooled" and cutoffs["th"].num_docs == 3
+    assert (cutoffs["th"].easy_max, cutoffs["th"].medium_max) == (cutoffs["*"].easy_max, cutoffs["*"].medium_max)
+    assert [r.getMessage() for r in caplog.records if "pooled" in r.getMessage()] == [
+        "perplexity: 3 document(s) in 'th', fewer than min_docs_per_lang (100): it gets the pooled cutoffs"]
+    assert assign_tiers(np.array([5.0, 500.0]), np.array(["th", "th"], dtype=object), cutoffs).tolist() == [0, 2]

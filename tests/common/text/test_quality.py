@@ -4,8 +4,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.common.text.quality import (_CJK_CHAR_RE, QualityParams, QualityRules, _dup_ngram_char_ratio,
-                                        _top_ngram_ratio)
+from stages.common.runtime.params import ConfigError, from_dict
+from stages.common.text.langid import LANGUAGES
+from stages.common.text.quality import (
+    _CJK_CHAR_RE,
+    UNSPACED_LANGS,
+    QualityParams,
+    QualityRules,
+    _dup_ngram_char_ratio,
+    _top_ngram_ratio,
+    languages_without_stop_words,
+    stop_words,
+)
 
 EN_GOOD = ("The river runs through the old town and the people who live there have fished in it for "
            "generations. In the spring the water rises with the melting snow.")
@@ -41,14 +51,89 @@ def test_good_text_passes():
     ("the farmer carried seven baskets of apples down to the market square. " * 3
      + "A different closing sentence with its own words keeps the top pair of words rare enough.", "en",
      "quality:dup_ngrams"),
-    ("数据处理" * 6 + " option value --verbose --recursive --force " * 8, "zh", "quality:low_cjk_ratio"),
+    ("数据处理" * 6 + " option value --verbose --recursive --force " * 8, "zh", "quality:low_script_ratio"),
 ])
 def test_rule_reasons(text, lang, reason):
     assert rules.check(text, lang) == reason
 
 
+RU_GOOD = ("Река течёт через старый город, и люди, которые живут там, ловят в ней рыбу уже много поколений. "
+           "Весной вода поднимается, когда тает снег, и рыбаки чинят сети на берегу.")
+# German compounds and Finnish inflection make long words; prose in either stays within the word-length bounds.
+DE_GOOD = ("Die Donaudampfschifffahrtsgesellschaft hat ihren Sitz in der alten Hafenstadt, und die "
+           "Kapitänsmützenhersteller der Umgebung leben seit Generationen von ihr. Im Frühjahr steigt das Wasser.")
+FI_GOOD = ("Kaupungin läpi virtaava joki on ollut kalastajien elinkeino vuosisatojen ajan, ja keväällä, kun lumi "
+           "sulaa, vesi nousee rantaniityille asti.")
+JA_GOOD = ("この川は古い町を流れていて、そこに住む人々は何世代にもわたって川で魚を捕ってきた。"
+           "春になると雪が解けて水かさが増し、漁師たちは岸辺で網を繕い始める。")
+TH_GOOD = ("แม่น้ำสายนี้ไหลผ่านเมืองเก่า และผู้คนที่อาศัยอยู่ที่นั่นได้จับปลาในแม่น้ำมาหลายชั่วอายุคน "
+           "ในฤดูใบไม้ผลิ น้ำจะเพิ่มสูงขึ้นเมื่อหิมะละลาย")
+KO_GOOD = ("이 강은 오래된 마을을 지나 흐르고, 그곳에 사는 사람들은 여러 세대에 걸쳐 강에서 물고기를 잡아 왔다. "
+           "봄이 되면 눈이 녹아 물이 불어나고 어부들은 강가에서 그물을 손질한다.")
+
+
+@pytest.mark.parametrize("text, lang", [(RU_GOOD, "ru"), (DE_GOOD, "de"), (FI_GOOD, "fi"), (JA_GOOD, "ja"),
+                                        (TH_GOOD, "th"), (KO_GOOD, "ko")])
+def test_prose_of_other_scripts_passes(text, lang):
+    assert rules.check(text, lang) is None
+
+
+def test_rules_follow_the_script():
+    # Thai is written without spaces between words: word rules would see a handful of long "words".
+    assert rules.check(TH_GOOD, "en") == "quality:too_few_words"
+    # Cyrillic words count as words with letters (none of these is Latin).
+    assert rules.check(" ".join(["123", "45,6", "7-8", "река"] * 5) + " и в не", "ru") == "quality:non_alpha_words"
+    # Korean gets word rules, and has no stop-word list: keyword soup is not dropped for lacking stop words.
+    assert rules.check("서울 아파트 매매 전세 월세 시세 분양 정보 부동산 중개 상담 문의 환영 강남 송파 "
+                       "서초 마포 용산 성동 광진 동작 관악", "ko") is None
+    assert languages_without_stop_words(["ko", "en", "ru", "ja", "th", "sw", "ko"]) == ["ko", "sw"]
+
+
+@pytest.mark.parametrize("text, lang, reason", [
+    ("Купить телефон недорого Москва доставка скидки акция смартфон чехол зарядка наушники гарантия отзывы цена",
+     "ru", "quality:stop_words"),
+    ("Короткий текст, и всё.", "ru", "quality:too_short"),
+    ("Wohnung mieten Berlin Altbau Balkon provisionsfrei Erstbezug Einbauküche Tiefgarage Stellplatz Parkett "
+     "Fußbodenheizung", "de", "quality:stop_words"),
+    ("Die Verbrauchsgüterkaufrichtlinienumsetzungsgesetzgebung Rechtsschutzversicherungsgesellschaften "
+     "Grundstücksverkehrsgenehmigungszuständigkeitsübertragungsverordnung und die Arbeitsunfähigkeitsbescheinigung "
+     "Donaudampfschifffahrtsgesellschaftskapitän Nahrungsmittelunverträglichkeit Kraftfahrzeughaftpflicht "
+     "Bundesausbildungsförderungsgesetz der Rindfleischetikettierungsüberwachungsaufgabenübertragungsgesetz",
+     "de", "quality:mean_word_length"),
+    ("短い文です。", "ja", "quality:too_short"),
+    ("設定ファイルを読み込みます。設定ファイルを書き込みます。" + " --verbose --recursive --force option value" * 8,
+     "ja", "quality:low_script_ratio"),
+    ("สวัสดีครับ", "th", "quality:too_short"),
+    ("ตั้งค่าไฟล์การกำหนดค่าของระบบ" + " --verbose --recursive --force option value" * 8, "th",
+     "quality:low_script_ratio"),
+    ("แม่น้ำสายนี้ไหลผ่านเมืองเก่าและผู้คน" * 4 + "จับปลา", "th", "quality:dup_ngrams"),
+])
+def test_rule_reasons_by_script(text, lang, reason):
+    assert rules.check(text, lang) == reason
+
+
+def test_stop_word_lists():
+    lists = stop_words()
+    assert {"en", "de", "fr", "es", "it", "pt", "nl", "pl", "cs", "sk", "ru", "bg", "uk", "sv"} <= set(lists)
+    assert set(lists) <= set(LANGUAGES) - UNSPACED_LANGS  # a code the detector answers, of a spaced language
+    assert lists["en"] == {"the", "be", "to", "of", "and", "that", "have", "with"}  # Gopher's
+    assert all(len(words) >= 8 for words in lists.values())
+    # Matched whole and case-insensitively, punctuation aside: "Und" and "dem," count, "Dampfer" holds no "der".
+    text = "Und Dampfer Fahrt Hafen dem, Schiff Kapitän Matrose Deck Anker Segel Wind Welle"
+    assert rules.check(text, "de") is None
+    assert rules.check(text.replace("dem,", "Boot"), "de") == "quality:stop_words"
+
+
+def test_renamed_params_name_their_new_key():
+    with pytest.raises(ConfigError,
+                       match="'clean.quality.min_stop_words_en' was renamed 'clean.quality.min_stop_words'"):
+        from_dict(QualityParams, {"min_stop_words_en": 2}, prefix="clean.quality.")
+    with pytest.raises(ConfigError, match="renamed 'clean.quality.min_script_chars'"):
+        from_dict(QualityParams, {"min_cjk_chars": 20}, prefix="clean.quality.")
+
+
 def test_thresholds_come_from_params():
-    lenient = QualityRules(QualityParams(min_stop_words_en=0))
+    lenient = QualityRules(QualityParams(min_stop_words=0))
     text = "Lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore"
     assert lenient.check(text, "en") is None
 
