@@ -196,7 +196,7 @@ class Cleaner:
         parsed, text, original = record.parsed, record.text, record.original
         if lang.lang not in self.languages:
             return dropped(parsed.id, f"lang:{lang.lang}", parsed.source, parsed.index, original, lang.lang, lang.prob)
-        if lang.prob < self.p.min_lang_prob:
+        if lang.kept_prob < self.p.min_lang_prob:  # in SOME kept language, be it ru or bg, es or pt, ...
             return dropped(parsed.id, f"lang_low_prob:{lang.lang}", parsed.source, parsed.index, original,
                            lang.lang, lang.prob)
         budget = self.p.record_time_budget_s

@@ -155,6 +155,24 @@ def test_a_language_without_stop_words_is_kept_and_logged_once(tmp_path, caplog)
                        "clean: no stop-word list for 'sw': the stop-word rule is skipped for it"]
 
 
+# Russian the detector gives ru in two of its three trials and bg in the third.
+RU_OR_BG = "Мама, мама, на балконе кот и он не хочет домой, а там холодно и темно."
+
+
+@pytest.mark.parametrize("languages, reason", [(("ru", "bg"), None), (("ru",), "lang_low_prob:ru"),
+                                               (("bg", "en"), "lang:ru")])
+def test_related_languages_kept_together_keep_text_in_either(tmp_path, languages, reason):
+    """min_lang_prob applies to the probability of the text being in SOME kept language: Russian with
+    probability 2/3 and Bulgarian 1/3 is certainly kept text when both are kept."""
+    write_jsonl(tmp_path / "raw" / "x.jsonl", [{"id": "ru", "text": RU_OR_BG}])
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, languages=languages)
+    clean.run(params)
+    docs, quarantine = outputs(params)
+    row = (docs or quarantine)[0]
+    assert row["lang"] == "ru" and row["lang_prob"] == pytest.approx(2 / 3, abs=0.01)  # the top language's
+    assert (quarantine[0]["reason"] if quarantine else None) == reason
+
+
 GOOD = st.sampled_from([EN, EN2, ZH, DE, PAGE])
 BAD = st.sampled_from([b'{"text": ', b'{"text": "\xff\xfe"}', b"42", b'{"text": null}', b'{"text": ""}',
                        b'{"x": 1}', b'{"text": "\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\u0008'

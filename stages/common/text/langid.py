@@ -421,8 +421,13 @@ def _word_ngrams(padded: str, known: dict) -> list[str]:
 
 @dataclass(frozen=True)
 class LangResult:
-    lang: str  # ISO 639-1, or "und" when nothing could be detected
-    prob: float
+    lang: str  # ISO 639-1, or "und" when nothing could be detected: the most probable language
+    prob: float  # its probability (langdetect's, per detector code: zh-cn and zh-tw apart)
+    # The probability of the text being in one of the languages kept (`LanguageIdentifier`'s `keep`; the
+    # sum of their probabilities, each averaged over the trials): related languages kept together
+    # (ru/bg/uk, es/pt, cs/sk, zh-cn/zh-tw) split the detector's probability on short text, while the text
+    # is certainly in one of them. At least `prob` when the top language is kept.
+    kept_prob: float = 0.0
 
 
 def spread_sample(text: str, max_chars: int, num_windows: int = 3) -> str:
@@ -463,6 +468,9 @@ class LanguageIdentifier:
         self._max_chars = max_chars
         self._n_trials = n_trials
         self._kept_scripts = {LANG_SCRIPT.get(lang, "latin") for lang in keep}
+        keep = set(keep)
+        # the profile columns of the kept languages, in the detector's order (the sum is taken in it)
+        self._kept_columns = [i for i, name in enumerate(self._profiles.langlist) if _FOLD.get(name, name) in keep]
         prior = FastDetector(self._profiles, seed)
         prior.set_prior_map(_HAN_ONLY_PRIOR)
         self._han_prior = prior.prior_map
@@ -485,15 +493,17 @@ class LanguageIdentifier:
         detectors = [self.configure(FastDetector(self._profiles, self._seed), *script_sample(text, self._max_chars))
                      for text in texts]
         detect_all(detectors)
-        return [_result(detector) for detector in detectors]
+        return [_result(detector, self._kept_columns) for detector in detectors]
 
     def __call__(self, text: str) -> LangResult:
         return self.identify([text])[0]
 
 
-def _result(detector: Detector) -> LangResult:
+def _result(detector: Detector, kept_columns: list[int]) -> LangResult:
     try:
         best = detector.get_probabilities()[0]
     except (LangDetectException, IndexError):  # no letters at all
         return LangResult("und", 0.0)
-    return LangResult(_FOLD.get(best.lang, best.lang), float(best.prob))
+    # every language's probability, below langdetect's reporting threshold (0.1) too
+    kept_prob = float(sum(detector.langprob[i] for i in kept_columns))
+    return LangResult(_FOLD.get(best.lang, best.lang), float(best.prob), min(kept_prob, 1.0))

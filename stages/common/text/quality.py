@@ -92,6 +92,7 @@ class QualityParams:
     # layout and repetition rules (all languages)
     max_bullet_line_ratio: float = param(0.9, min=0.0, max=1.0)
     max_ellipsis_line_ratio: float = param(0.3, min=0.0, max=1.0)
+    min_ellipsis_lines: int = param(3, min=0)  # and at least this many such lines (short texts: see _check_layout)
     max_dup_line_ratio: float = param(0.5, min=0.0, max=1.0)
     max_dup_line_char_ratio: float = param(0.35, min=0.0, max=1.0)
     max_top_2gram_ratio: float = param(0.2, min=0.0, max=1.0)
@@ -194,7 +195,10 @@ class QualityRules:
         if lines:
             if sum(1 for line in lines if _BULLET_RE.match(line)) / len(lines) > p.max_bullet_line_ratio:
                 return "quality:bullet_lines"
-            if sum(1 for line in lines if _ELLIPSIS_RE.search(line)) / len(lines) > p.max_ellipsis_line_ratio:
+            # Gopher's ratio targets pages of truncated teasers and link lists ("Read more..."); in a text of a
+            # few lines, one or two lines trailing off (speech, chat, verse) would decide it alone.
+            num_ellipsis = sum(1 for line in lines if _ELLIPSIS_RE.search(line))
+            if num_ellipsis >= p.min_ellipsis_lines and num_ellipsis / len(lines) > p.max_ellipsis_line_ratio:
                 return "quality:ellipsis_lines"
             line_counts = Counter(lines)
             dup_lines = [line for line in lines if line_counts[line] > 1]

@@ -59,6 +59,39 @@ def test_script_decided_documents_get_the_same_answer_cheaper():
     assert full(text).lang == cheap(text).lang == "ru"
 
 
+# Plain Russian, short enough that one of the three trials answers Bulgarian.
+RU_OR_BG = "Мама, мама, на балконе кот и он не хочет домой, а там холодно и темно."
+
+
+def test_kept_probability_sums_the_kept_languages():
+    """The label is the most probable language and `prob` its probability; `kept_prob` is the probability of
+    the text being in one of the kept languages, the per-language probabilities averaged over the trials."""
+    both = LanguageIdentifier(seed=0, keep=("ru", "bg"))(RU_OR_BG)
+    alone = LanguageIdentifier(seed=0, keep=("ru",))(RU_OR_BG)
+    assert both.lang == alone.lang == "ru" and both.prob == alone.prob == pytest.approx(2 / 3, abs=0.01)
+    assert both.kept_prob == pytest.approx(1.0) and alone.kept_prob == alone.prob
+    assert LanguageIdentifier(seed=0, keep=("en",))(RU_OR_BG).kept_prob == 0.0
+    # Chinese: simplified and traditional are one kept language
+    zh = LanguageIdentifier(seed=0, keep=("zh",))("我们之所以研究历史,不是为了要知道未来,而是要拓展视野,要了解现在的种种绝非自然。")
+    assert zh.lang == "zh" and zh.kept_prob >= zh.prob
+
+
+def test_kept_probability_is_stock_langdetects(devset_texts):
+    """kept_prob is the sum of stock langdetect's own per-language probabilities over the kept languages."""
+    keep = ("bg", "cs", "de", "en", "es", "fr", "it", "ja", "pl", "pt", "ru", "sk", "zh")
+    langid = LanguageIdentifier(seed=0, keep=keep)
+    texts = [normalize(text, NormalizeOptions())[0] for text in devset_texts[::9]]
+    for text, got in zip(texts, langid.identify(texts)):
+        stock = langid.configure(stock_detector(), *script_sample(text, 400))
+        try:
+            stock.get_probabilities()
+        except LangDetectException:
+            assert got.lang == "und"
+            continue
+        want = sum(p for name, p in zip(stock.langlist, stock.langprob) if name.split("-")[0] in keep)
+        assert got.kept_prob == pytest.approx(min(want, 1.0), abs=1e-9), text[:80]
+
+
 STOCK_SAMPLES = [
     "The committee published its annual report on the state of the river. HTTP and URL-ish CAPS WORDS here.",
     "Der Ausschuss hat seinen Jahresbericht über den Zustand des Flusses veröffentlicht, ÄÖÜ straße.",

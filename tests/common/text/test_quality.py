@@ -138,6 +138,22 @@ def test_thresholds_come_from_params():
     assert lenient.check(text, "en") is None
 
 
+# A chat log of six lines, two of them trailing off: speech, not a page of teasers.
+TRAILING_OFF = ("and yesterday they took the whole class to the brewery on a trip\n"
+                "you can guess what that turned into....\n"
+                "but on the other hand, while I was drunk I came up with a new design\n"
+                "so I did not lose anything in the end :)\n"
+                "and as for the mess, the anthem of that faculty should be played\n"
+                "like that Peter Gabriel song or something...")
+
+
+def test_few_trailing_lines_do_not_decide_a_short_text():
+    assert rules.check(TRAILING_OFF, "en") is None  # 2 of 6 lines: over the ratio, under the count
+    assert QualityRules(QualityParams(min_ellipsis_lines=2)).check(TRAILING_OFF, "en") == "quality:ellipsis_lines"
+    longer = TRAILING_OFF + "\nand then the rest of it went on for a while...\nthe end"
+    assert rules.check(longer, "en") == "quality:ellipsis_lines"  # 3 of 8
+
+
 # The repetition ratios against the straightforward loops they replace.
 def reference_top_ngram_ratio(tokens: list[str], n: int) -> float:
     if len(tokens) < n + 1:
