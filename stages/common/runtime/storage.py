@@ -91,6 +91,18 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise ValueError(f"input {redact(url)}: {scrub(str(e), url)}") from None
 
 
+def _ask(url: str, call: Any) -> Any:
+    """`call()`'s answer from the file system of `url`: None if what it asks about does not exist; an
+    `InputError` naming the URL (redacted) if the store cannot be reached or refuses. Asking through `info`
+    and `find` rather than `exists`/`isdir`, which answer False to a network error as to a missing file."""
+    try:
+        return call()
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - any library's network or auth error, reported in one line
+        raise InputError(f"{redact(url)}: cannot be looked up: {scrub(f'{type(e).__name__}: {e}', url)}") from None
+
+
 def exists(path: str) -> bool:
     """Whether a URL names an existing file or folder (prefix); for a glob, the folder before its first
     wildcard."""
@@ -99,7 +111,7 @@ def exists(path: str) -> bool:
         root = root[:_magic_start(root)].rstrip("/")
         if not root:
             return True
-    return bool(fs.exists(root))
+    return _ask(path, lambda: fs.info(root)) is not None
 
 
 def _magic_start(path: str) -> int:
@@ -135,16 +147,19 @@ def list_remote(url: str, pattern: str = "*") -> list[str]:
             raise ValueError(f"input {redact(url)}: {proto}:// cannot list files, so it takes no wildcards; "
                              "name each file")
         base, wild = root[:_magic_start(root)], root[_magic_start(root):].split("/")
-        found = [p for p in fs.find(base.rstrip("/") or base, withdirs=False) if p.startswith(base)]
-        files = [p for p in found if match_parts(p[len(base):].split("/"), wild)]
-    elif listable and fs.isdir(root):
-        base = root.rstrip("/") + "/"
-        files = [p for p in fs.find(root, withdirs=False)
-                 if match_parts(p[len(base):].split("/"), ["**", *pattern.split("/")])]
-    elif fs.isfile(root):
-        return [url]  # as given: an https URL keeps its query
-    else:
+        found = _ask(url, lambda: fs.find(base.rstrip("/") or base, withdirs=False)) or []
+        files = [p for p in found if p.startswith(base) and match_parts(p[len(base):].split("/"), wild)]
+        return sorted(fs.unstrip_protocol(p) for p in files)
+    info = _ask(url, lambda: fs.info(root))
+    if info is None:
         raise ValueError(f"input {redact(url)} does not exist")
+    if info.get("type") != "directory":
+        return [url]  # as given: an https URL keeps its query
+    if not listable:
+        raise ValueError(f"input {redact(url)}: {proto}:// cannot list a folder; name each file")
+    base = root.rstrip("/") + "/"
+    found = _ask(url, lambda: fs.find(root, withdirs=False)) or []
+    files = [p for p in found if match_parts(p[len(base):].split("/"), ["**", *pattern.split("/")])]
     return sorted(fs.unstrip_protocol(p) for p in files)
 
 

@@ -11,7 +11,7 @@ import pytest
 from s3fs.core import S3File
 
 from stages.common.runtime import storage
-from stages.common.runtime.check import input_exists
+from stages.common.runtime.check import input_exists, missing_input
 from stages.common.runtime.digest import fingerprint_of
 from stages.common.text.readers import InputError, iter_raw, list_input_files, parse_raw
 from tests.fixtures.object_store import SECRET, http_root, s3_server  # noqa: F401 (fixtures)
@@ -50,6 +50,8 @@ def test_redact_drops_user_info_query_and_fragment():
     assert storage.redact("s3://bucket/raw/a.jsonl.gz") == "s3://bucket/raw/a.jsonl.gz"
     assert storage.redact("hf://datasets/org/name/data/*.parquet") == "hf://datasets/org/name/data/*.parquet"
     assert storage.redact("data/raw/a?b.jsonl") == "data/raw/a?b.jsonl"  # a local path (a glob) is left alone
+    assert missing_input("clean", "input", "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
+        "param 'clean.input': https://h/x.jsonl does not exist"
     message = "GET https://u:pw@h/x.jsonl?sig=s3cr3t failed; sig=s3cr3t"
     assert storage.scrub(message, "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
         "GET https://h/x.jsonl failed; <redacted>"
@@ -136,15 +138,25 @@ def test_https_input_is_read_and_its_secrets_never_shown(http_root, monkeypatch,
     assert SECRET not in fingerprint_of(url)
 
 
-@pytest.mark.parametrize("url, package", [("gs://refinery-raw/a.jsonl", "gcsfs"),
-                                          ("hf://datasets/org/name/a.jsonl", "huggingface_hub")])
-def test_gs_and_hf_urls_go_to_their_file_systems(url, package, monkeypatch):
-    """No GCS or Hugging Face server can be reached here: check only that each URL goes to its file system,
-    which fails with an error naming the redacted URL rather than being read as a local path."""
+def test_gs_urls_go_to_gcsfs():
+    """No GCS server can be reached here (and gcsfs takes seconds to look for default credentials): check
+    only that a gs:// URL goes to gcsfs with the bucket path, not to the local disk."""
     import fsspec
-    fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True, **({"token": "anon"} if package == "gcsfs" else {}))
-    assert type(fs).__module__.startswith(package) and url.endswith(path)
-    assert storage.is_url(url) and not storage.is_url("data/raw/a.jsonl")
+    fs, path = fsspec.core.url_to_fs("gs://refinery-raw/a.jsonl", token="anon", skip_instance_cache=True)
+    assert type(fs).__module__.startswith("gcsfs") and path == "refinery-raw/a.jsonl"
+    assert storage.is_url("gs://refinery-raw/a.jsonl") and not storage.is_url("data/raw/a.jsonl")
+
+
+def test_hf_urls_go_to_the_hub_and_an_unreachable_store_is_one_input_error(monkeypatch):
+    """The Hub cannot be reached here: offline mode makes huggingface_hub refuse every request at once, as
+    a network failure would, and the listing reports that rather than "does not exist"."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "is_offline_mode", lambda: True)
+    url = "hf://datasets/org/name/data/a.jsonl"
+    with pytest.raises(InputError, match=rf"^{url}: cannot be looked up: OfflineModeIsEnabled"):
+        list_input_files(url)
+    with pytest.raises(InputError, match=rf"^{url}: opening at byte 0 failed after 4 tries: OfflineModeIsEnabled"):
+        storage.open_input(url)
 
 
 def test_an_unknown_protocol_is_one_line():
