@@ -69,7 +69,7 @@ def test_reads_that_fail_twice_are_retried_without_changing_the_output(tmp_path,
                                                                        caplog):
     _, url, expected, _ = local_and_remote
     tried = fail_reads(monkeypatch, failures=2)
-    params = make_params(tmp_path, url, num_workers=1)
+    params = make_params(tmp_path, url, num_workers=2, batch_size=4)  # a process pool forked after the reads
     clean.run(params)
     assert [without_source(rows) for rows in outputs(params)] == [without_source(rows) for rows in expected]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "retry" in r.getMessage()]

@@ -171,7 +171,9 @@ def fingerprint_of(path: str) -> str:
         st = os.stat(path)
         return f"{path}\0{st.st_size}\0{st.st_mtime_ns}"
     fs, root = _filesystem(path)
-    info = fs.info(root)
+    info = _ask(path, lambda: fs.info(root))
+    if info is None:
+        raise InputError(f"{redact(path)}: does not exist")
     keys = ("size", "ETag", "etag", "VersionId", "version_id", "LastModified", "mtime", "last_modified",
             "updated", "generation", "md5Hash", "crc32c", "lfs", "blob_id")
     return "\0".join([redact(path), *(f"{k}={info[k]}" for k in keys if info.get(k) is not None)])
@@ -188,8 +190,8 @@ def input_size(path: str) -> int:
     """The size in bytes of the input file `path`."""
     if not is_url(path):
         return os.path.getsize(path)
-    fs, root = _filesystem(path)
-    return int(fs.size(root))
+    with _RetryingFile(path) as f:
+        return f.size
 
 
 class _RetryingFile(io.RawIOBase):
@@ -201,8 +203,8 @@ class _RetryingFile(io.RawIOBase):
         self.url = url
         self.name = redact(url)
         self.pos = 0
-        self.inner: Any = None
-        self._retrying(self._open, "opening")
+        self.inner: Any = None  # the fsspec file; None until (re)opened
+        self._retrying(lambda: None, "opening")
 
     def _open(self) -> None:
         fs, root = _filesystem(self.url)
@@ -220,7 +222,7 @@ class _RetryingFile(io.RawIOBase):
     def _retrying(self, action: Any, what: str) -> Any:
         for attempt in range(READ_RETRIES + 1):
             try:
-                if self.inner is None and action != self._open:
+                if self.inner is None:
                     self._open()
                 return action()
             except _FINAL_ERRORS as e:

@@ -8,6 +8,7 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from s3fs.core import S3File
 
 from stages.common.runtime import storage
@@ -62,9 +63,10 @@ def test_reads_jsonl_gz_and_parquet_objects(s3_server):
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(RECORDS), sink, row_group_size=7)
     parquet = s3_server.put("read/b.parquet", sink.getvalue().to_pybytes())
+    zst = s3_server.put("read/c.jsonl.zst", zstandard.ZstdCompressor(write_checksum=True).compress(JSONL))
     assert list_input_files(gz) == [gz]
-    got = texts([gz, parquet])
-    expected = [(url, r["text"], i) for url in (gz, parquet) for i, r in enumerate(RECORDS, 1)]
+    got = texts([gz, parquet, zst])
+    expected = [(url, r["text"], i) for url in (gz, parquet, zst) for i, r in enumerate(RECORDS, 1)]
     assert got == expected
     assert storage.input_size(gz) == s3_server.fs().size(f"{s3_server.bucket}/read/a.jsonl.gz")
 
