@@ -14,7 +14,7 @@ from s3fs.core import S3File
 from stages import clean
 from stages.common.runtime import storage
 from stages.common.text.readers import InputError
-from tests.fixtures.object_store import SECRET, s3_server  # noqa: F401 (fixture)
+from tests.fixtures.object_store import SECRET, http_root, s3_server  # noqa: F401 (fixtures)
 from tests.stages.test_clean import corpus, make_params, outputs
 
 
@@ -97,6 +97,21 @@ def test_reads_that_keep_failing_stop_the_run_and_publish_nothing(tmp_path, loca
     assert exit_status.value.code == 1 and err.count("\n") == 0
     assert err.startswith(f"error: {url}/part-0.jsonl.gz: reading at byte 0 failed") and SECRET not in err
     assert outputs(params) == before
+
+
+def test_a_presigned_https_input_leaves_its_signature_nowhere(tmp_path, local_and_remote, http_root, caplog):
+    raw, _, (local_docs, local_quarantine), _ = local_and_remote
+    base, served = http_root
+    (served / "part-0.jsonl.gz").write_bytes((raw / "part-0.jsonl.gz").read_bytes())
+    caplog.set_level(logging.DEBUG)
+    params = make_params(tmp_path, f"{base}/part-0.jsonl.gz?X-Amz-Signature={SECRET}", num_workers=1)
+    clean.run(params)
+    docs, quarantine = outputs(params)
+    assert without_source(docs) == without_source(local_docs) and without_source(quarantine) == without_source(
+        local_quarantine)
+    assert {row["source"] for row in docs + quarantine} == {f"{base}/part-0.jsonl.gz"}
+    written = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert SECRET.encode() not in written and SECRET not in caplog.text
 
 
 def test_a_missing_remote_input_is_one_config_error(tmp_path, s3_server):

@@ -11,6 +11,7 @@ A remote read that fails (connection reset, 5xx, timeout) is retried `READ_RETRI
 reopening the file at the byte already reached, so no byte is read twice or skipped; then it raises
 `InputError` naming the file, the byte and the error. A URL is shown (logs, errors, `source` columns,
 fingerprints) only through `redact`, which drops what may hold a secret: user info and query string.
+fsspec's own debug lines print whole URLs, so its logger is held at INFO once such a URL is opened.
 """
 from __future__ import annotations
 
@@ -82,6 +83,9 @@ def _filesystem(url: str) -> tuple[Any, str]:
     no implementation for the protocol here."""
     import fsspec  # only remote inputs need it
 
+    if redact(url) != url:  # fsspec's debug lines show whole URLs: keep them off for one that holds a secret
+        fsspec_log = logging.getLogger("fsspec")
+        fsspec_log.setLevel(max(fsspec_log.getEffectiveLevel(), logging.INFO))
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as e:
