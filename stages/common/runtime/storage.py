@@ -24,14 +24,14 @@ import os
 import re
 import time
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 log = logging.getLogger("refinery.storage")
 
 READ_RETRIES = 3  # after the first try; the delays double from RETRY_DELAY_S
 RETRY_DELAY_S = 0.5
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_GLOBBING = ("s3", "s3a", "gs", "gcs", "hf", "memory")  # protocols whose listings make globs and folders work
+_GLOBBING = ("s3", "s3a", "gs", "gcs", "hf", "file", "memory")  # protocols whose listings make globs and folders work
 # Not worth a retry: the same answer would come again.
 _FINAL_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
@@ -64,7 +64,8 @@ def scrub(text: str, path: str) -> str:
     parts = urlsplit(path)
     text = text.replace(path, redact(path))
     secrets = [s for s in (parts.query, parts.fragment, parts.netloc.rpartition("@")[0]) if s]
-    for secret in secrets:
+    secrets += [spelling for s in secrets for spelling in (unquote(s), quote(unquote(s), safe="=&:"))]
+    for secret in sorted(set(secrets), key=len, reverse=True):  # longest first: a part inside another
         text = text.replace(secret, "<redacted>")
     return text
 
