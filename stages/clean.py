@@ -34,6 +34,7 @@ from stages.common.runtime.atomic import check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import check_executor, resolve_workers  # noqa: F401 (bench/clean.py uses it)
 from stages.common.runtime.params import ConfigError, param, validate
+from stages.common.runtime.storage import redact
 from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 from stages.common.text.langid import LANGUAGES, LangResult, LanguageIdentifier
@@ -56,7 +57,7 @@ PHASES = ("parse", "normalize", "langid", "rules", "signature")
 
 @dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
 class Params:
-    input: str  # a file, a folder (searched recursively with `pattern`) or a glob
+    input: str  # a file, a folder (searched recursively with `pattern`) or a glob; local or a URL (s3://, gs://, ...)
     pattern: str = "*"
     out_dir: str
     metrics_path: str  # headline figures (DVC metrics)
@@ -248,9 +249,9 @@ class CleanStage(FilterStage):
         raws = iter_raw(self.files, params.max_record_bytes)
         first = next(raws, None)  # before the work folder or any output is touched
         if first is None and not params.allow_empty_input:
-            raise ConfigError(f"param 'clean.input': {params.input!r} holds no records ({len(self.files)} file(s), "
-                              "empty or blank lines only); set 'clean.allow_empty_input: true' to publish an empty "
-                              "dataset")
+            raise ConfigError(f"param 'clean.input': {redact(params.input)!r} holds no records "
+                              f"({len(self.files)} file(s), empty or blank lines only); set "
+                              "'clean.allow_empty_input: true' to publish an empty dataset")
         self.raws = itertools.chain([first] if first else [], raws)
         self.index = DedupIndex(params.dedup)
 

@@ -6,9 +6,9 @@ marker as its last file; consumers treat a folder without it as incomplete.
 A stage replaces or deletes only folders it made: an output folder with its marker, a work folder with its
 fingerprint (stages.common.runtime.executor), or an empty folder. `check_owned_paths`, called first in each stage's
 `run`, refuses inputs that do not exist, any other existing folder and output folders that overlap the
-stage's inputs, each other, the working directory or `data/`, before anything runs (a `ConfigError`: the
-stage command prints it as one line). The temporary siblings a killed run leaves
-(`.<name>.*.tmp`, `.<name>.old`) are removed when the next run publishes that folder.
+stage's inputs (local ones: a URL cannot overlap a folder), each other, the working directory or `data/`,
+before anything runs (a `ConfigError`: the stage command prints it as one line). The temporary siblings a
+killed run leaves (`.<name>.*.tmp`, `.<name>.old`) are removed when the next run publishes that folder.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from typing import Any
 
 from stages.common.runtime.check import input_exists, missing_input
 from stages.common.runtime.params import ConfigError
+from stages.common.runtime.storage import is_url
 
 SUCCESS_MARKER = "_SUCCESS"
 WORK_MARKER = "_FINGERPRINT"  # a work folder's: the digest of what its shards were computed from
@@ -145,7 +146,7 @@ def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Map
             raise ConfigError(missing_input(stage, key, str(path)))
     work = dict(work or {})
     cwd = Path.cwd().resolve()
-    sources = {key: _folder(path) for key, path in inputs.items() if str(path)}
+    sources = {key: _folder(path) for key, path in inputs.items() if str(path) and not is_url(path)}
     folders = {key: Path(path).expanduser().resolve() for key, path in {**outputs, **work}.items()}
     for key, folder in folders.items():
         name = f"'{stage}.{key}'"

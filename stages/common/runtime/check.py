@@ -31,6 +31,8 @@ from typing import Any
 import yaml
 
 from stages.common.runtime.params import ConfigError, from_dict, read_params
+from stages.common.runtime.storage import exists as storage_exists
+from stages.common.runtime.storage import is_url, redact
 
 REFERENCE_RE = re.compile(r"\$\{([^}]+)\}")
 STAGE_MODULE_RE = re.compile(r"python -m (stages(?:\.\w+)+)(?:\s|$)")
@@ -106,7 +108,10 @@ def maker(path: str, stages: list[DvcStage], params: Mapping[str, Any]) -> str |
 
 
 def input_exists(path: str | Path) -> bool:
-    """A file or folder exists; for a glob (clean.input may be one), the folder before its first wildcard."""
+    """A file or folder exists; for a glob (clean.input may be one), the folder before its first wildcard.
+    A URL (clean.input may be one) is asked of its file system."""
+    if is_url(path):
+        return storage_exists(str(path))
     parts = Path(path).expanduser().parts
     if not any(glob.has_magic(p) for p in parts):
         return os.path.lexists(Path(path).expanduser())
@@ -118,8 +123,8 @@ def missing_input(stage: str, key: str, path: str, root: Path | None = None) -> 
     """The one-line error for a stage input that does not exist, saying which stage makes it when the
     workspace's dvc.yaml (at `root`, default the working directory: where DVC runs the stage) knows."""
     root = Path.cwd() if root is None else root
-    message = f"param '{stage}.{key}': {path} does not exist"
-    if not (root / "dvc.yaml").is_file() or not (root / "params.yaml").is_file():
+    message = f"param '{stage}.{key}': {redact(path)} does not exist"
+    if is_url(path) or not (root / "dvc.yaml").is_file() or not (root / "params.yaml").is_file():
         return message
     relative = os.path.relpath(Path(path).expanduser().resolve(), root.resolve())
     made_by = maker(relative, read_dvc_stages(root), read_params(root / "params.yaml"))
@@ -178,8 +183,9 @@ def check_workspace(root: Path, params_path: Path | None = None) -> list[str]:
                 errors.append(f"dvc.yaml: stage {stage.name!r} depends on {dep}, but {params_path} has no "
                               f"{e.args[0]!r}")
                 continue
-            if maker(path, stages, params) or input_exists(root / path):
+            if maker(path, stages, params) or input_exists(path if is_url(path) else root / path):
                 continue
+            path = redact(path)
             reference = REFERENCE_RE.fullmatch(dep)
             errors.append(f"param {reference.group(1)!r}: {path} does not exist and no stage in dvc.yaml makes it"
                           if reference else

@@ -7,7 +7,9 @@ Stages that run distributed (train, prune, qat) pass `torchrun`: their command t
 
 A mistake in params.yaml or in the inputs it names (any ValueError while the section loads, a
 `ConfigError` from the stage's own checks) is printed as one line, `error: param '<stage>.<key>': ...`,
-and the command exits with status 2, before torchrun or any work starts. Other errors keep their traceback.
+and the command exits with status 2, before torchrun or any work starts. An input file that cannot be
+read whole (`InputError`: corrupt, cut short, or a remote read that failed after its retries) is one line
+too, with status 1. Other errors keep their traceback.
 """
 from __future__ import annotations
 
@@ -20,9 +22,11 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from stages.common.runtime.params import ConfigError, load_section
+from stages.common.runtime.storage import InputError
 
 log = logging.getLogger("refinery.cli")
 CONFIG_ERROR_STATUS = 2  # as argparse exits on a wrong command line
+INPUT_ERROR_STATUS = 1
 
 
 def config_error(error: Exception) -> NoReturn:
@@ -64,6 +68,9 @@ def stage_main(stage: str, params_cls: type, run: Callable[[Any], Any], doc: str
             run(params)
         except ConfigError as e:  # the stage's checks at the start of `run`
             config_error(e)
+        except InputError as e:  # an input file that cannot be read whole: nothing was published
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            sys.exit(INPUT_ERROR_STATUS)
         return
     command = torchrun_argv(stage, num_processes, max_restarts, args.params)
     log.info("launching %s", " ".join(command))

@@ -7,7 +7,8 @@ A fingerprint covers
 - the params, less the fields marked `param(..., placement=True)`: those say where or how the work runs
   (threads, workers, executor, output paths, progress bars, checkpoint cadence), not what it computes;
 - the inputs, as cheaply as each stage can tell them apart: a path by its name, size and modification
-  time (data shards, which DVC replaces rather than edits), bytes as they are (what the stage already
+  time (data shards, which DVC replaces rather than edits), a URL by its redacted name, size and what its
+  store reports of its version (ETag, version id, modification time), bytes as they are (what the stage already
   holds or digested: a model file's `file_digest`, the token shards' manifest, weights in memory);
 - the source of the stage's module and of every `stages` module it imports, directly or through
   others, package `__init__` files included. The imports are read from the source (the AST), not from
@@ -20,7 +21,6 @@ import ast
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +29,7 @@ from typing import Any
 import xxhash
 
 from stages.common.runtime.params import PLACEMENT
+from stages.common.runtime.storage import fingerprint_of
 
 
 def file_digest(path: Path) -> str:
@@ -49,8 +50,7 @@ def fingerprint(params: Any, inputs: Iterable[str | Path | bytes], stage: Module
         if isinstance(item, bytes):
             h.update(b"bytes %d\n" % len(item) + item)
         else:
-            st = os.stat(item)
-            h.update(f"file {item}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            h.update(f"file {fingerprint_of(str(item))}\n".encode())
     root, files = stage_code(stage)
     for path in files:
         source = read_source(path)

@@ -11,7 +11,6 @@ file and where, rather than passing on part of it as if it were whole.
 """
 from __future__ import annotations
 
-import fnmatch
 import glob
 import gzip
 import hashlib
@@ -29,7 +28,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from stages.common.runtime.storage import input_size, open_input
+from stages.common.runtime.storage import (
+    InputError,
+    input_size,
+    is_url,
+    list_remote,
+    match_parts,
+    open_input,
+    redact,
+    url_path,
+)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz", ".jsonl.zst", ".ndjson.zst",
                   ".json.zst")
@@ -52,13 +60,9 @@ _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _STREAM_ERRORS = (EOFError, OSError, zlib.error, zstandard.ZstdError)
 
 
-class InputError(ValueError):
-    """An input file that cannot be read whole (corrupt, truncated); the message names the file and where."""
-
-
 @dataclass(frozen=True)
 class RawRecord:
-    source: str  # file path as given (relative paths stay relative, so ids do not depend on the checkout)
+    source: str  # path as given (relative stays relative: ids do not depend on the checkout); a URL redacted
     index: int  # 1-based line (JSONL), row (Parquet) or 1 (text file)
     kind: str  # "json" | "row" | "text"
     payload: Any  # bytes for json/text (only the first bytes when over the size limit), dict for row
@@ -86,20 +90,7 @@ class Rejection:
 
 
 def _has_suffix(path: str, suffixes: tuple[str, ...]) -> bool:
-    return path.lower().endswith(suffixes)
-
-
-def _match_parts(parts: list[str], patterns: list[str]) -> bool:
-    """glob's rules on path components: `**` spans folders, and wildcards skip dot-files unless spelled."""
-    if not patterns:
-        return not parts
-    head, rest = patterns[0], patterns[1:]
-    if head == "**":
-        return any(_match_parts(parts[i:], rest) for i in range(len(parts) + 1)
-                   if not any(p.startswith(".") for p in parts[:i]))
-    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
-        return False
-    return fnmatch.fnmatchcase(parts[0], head) and _match_parts(parts[1:], rest)
+    return url_path(path).lower().endswith(suffixes)
 
 
 def _glob_no_symlinked_folders(pattern: str) -> list[str]:
@@ -115,14 +106,17 @@ def _glob_no_symlinked_folders(pattern: str) -> list[str]:
         if "**" not in wild and len(rel_parts) + 1 >= len(wild):
             subfolders.clear()  # no deeper folder can match
         files += [os.path.join(folder, n) if root else os.path.join(*rel_parts, n)
-                  for n in names if _match_parts(rel_parts + [n], wild)]
+                  for n in names if match_parts(rel_parts + [n], wild)]
     return files
 
 
 def list_input_files(path: str, pattern: str = "*") -> list[str]:
     """Files under `path` (a file, a folder searched recursively with `pattern`, or a glob), sorted.
-    A wildcard or folder search does not enter symlinked folders; symlinked files are read."""
-    if glob.has_magic(path):
+    A wildcard or folder search does not enter symlinked folders; symlinked files are read. A URL
+    (s3://, gs://, hf://, https://, ...) is listed by its file system (`storage.list_remote`)."""
+    if is_url(path):
+        files = list_remote(path, pattern)
+    elif glob.has_magic(path):
         files = _glob_no_symlinked_folders(path)
     elif os.path.isdir(path):
         files = _glob_no_symlinked_folders(os.path.join(path, "**", pattern))
@@ -130,9 +124,10 @@ def list_input_files(path: str, pattern: str = "*") -> list[str]:
         files = [path]
     else:
         raise ValueError(f"input {path!r} does not exist")
-    files = sorted(f for f in files if os.path.isfile(f) and _has_suffix(f, SUPPORTED_SUFFIXES))
+    files = sorted(f for f in files if (is_url(f) or os.path.isfile(f)) and _has_suffix(f, SUPPORTED_SUFFIXES))
     if not files:
-        raise ValueError(f"input {path!r} (pattern {pattern!r}) matches no {'/'.join(SUPPORTED_SUFFIXES)} file")
+        raise ValueError(f"input {redact(path)!r} (pattern {pattern!r}) matches no {'/'.join(SUPPORTED_SUFFIXES)} "
+                         "file")
     for f in files:
         if _SURROGATE_RE.search(f):  # bytes the file system could not decode: no UTF-8 name for outputs
             raise ValueError(f"input file {f.encode('utf-8', 'surrogateescape')!r} has a name that is not "
@@ -143,12 +138,13 @@ def list_input_files(path: str, pattern: str = "*") -> list[str]:
 def check_zstd_frames(path: str) -> None:
     """Raise `InputError` unless every zstd frame in `path` is complete. zstandard's stream reader ends
     quietly where a cut file ends, so this walks the frame and block headers (a few bytes each)."""
+    name = redact(path)
     with open_input(path) as f:
         size = input_size(path)
 
         def read_at(offset: int, n: int, what: str) -> bytes:
             if offset + n > size:
-                raise InputError(f"{path}: truncated zstd stream: the file ends at byte {size}, inside the "
+                raise InputError(f"{name}: truncated zstd stream: the file ends at byte {size}, inside the "
                                  f"{what} at byte {offset}")
             f.seek(offset)
             return f.read(n)
@@ -164,7 +160,7 @@ def check_zstd_frames(path: str) -> None:
                 pos += 8 + skip
                 continue
             if magic != 0xFD2FB528:
-                raise InputError(f"{path}: corrupt zstd stream: no frame starts at byte {frame}")
+                raise InputError(f"{name}: corrupt zstd stream: no frame starts at byte {frame}")
             descriptor = read_at(pos + 4, 1, "frame header")[0]
             single_segment, has_checksum = descriptor >> 5 & 1, descriptor >> 2 & 1
             content_size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
@@ -174,7 +170,7 @@ def check_zstd_frames(path: str) -> None:
                 header = int.from_bytes(read_at(pos, 3, f"frame starting at byte {frame}"), "little")
                 last, block_type, block_size = bool(header & 1), header >> 1 & 3, header >> 3
                 if block_type == 3:
-                    raise InputError(f"{path}: corrupt zstd stream: invalid block type at byte {pos}")
+                    raise InputError(f"{name}: corrupt zstd stream: invalid block type at byte {pos}")
                 stored = 1 if block_type == 1 else block_size  # an RLE block stores its one byte
                 if stored:
                     read_at(pos + 3 + stored - 1, 1, f"frame starting at byte {frame}")
@@ -257,7 +253,7 @@ class _LineReader:
 def _open_stream(path: str, stack: ExitStack) -> tuple[BinaryIO, BinaryIO]:
     """(decompressed stream, the file under it): the file's position says how far a damaged stream got."""
     raw = stack.enter_context(open_input(path))
-    lower = path.lower()
+    lower = url_path(path).lower()
     if lower.endswith(".gz"):
         return stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")), raw
     if lower.endswith(".zst"):
@@ -276,24 +272,25 @@ def iter_raw(files: list[str], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES)
     """Every record of `files` in order; each holds at most max(max_record_bytes + 1, 64 KiB) bytes."""
     hold = max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES)
     for path in files:
+        source = redact(path)  # a URL without its secrets: what records, errors and logs show
         if _has_suffix(path, PARQUET_SUFFIXES):
             yield from _iter_parquet(path)
             continue
         with ExitStack() as stack:
             f, raw = _open_stream(path, stack)
-            lines = _LineReader(f, hold, path)
+            lines = _LineReader(f, hold, source)
             if _has_suffix(path, TEXT_SUFFIXES):
                 try:
-                    data, length, derived = _read_text(f, hold, path)
+                    data, length, derived = _read_text(f, hold, source)
                 except _STREAM_ERRORS as e:
-                    raise _stream_error(path, raw, lines, e) from e
-                yield RawRecord(path, 1, "text", data, length, derived_id=derived)
+                    raise _stream_error(source, raw, lines, e) from e
+                yield RawRecord(source, 1, "text", data, length, derived_id=derived)
                 continue
             try:
                 for index, line, length, derived in lines:
-                    yield RawRecord(path, index, "json", line, length, derived_id=derived)
+                    yield RawRecord(source, index, "json", line, length, derived_id=derived)
             except _STREAM_ERRORS as e:
-                raise _stream_error(path, raw, lines, e) from e
+                raise _stream_error(source, raw, lines, e) from e
 
 
 def _read_text(f: BinaryIO, hold: int, source: str) -> tuple[bytes, int, str]:
@@ -335,7 +332,7 @@ def _value(column: pa.Array, i: int) -> tuple[Any, str]:
 
 
 def _iter_parquet(path: str) -> Iterator[RawRecord]:
-    index = 0
+    index, source = 0, redact(path)
     try:
         with open_input(path) as f:
             for batch in pq.ParquetFile(f).iter_batches(batch_size=1024):
@@ -344,9 +341,9 @@ def _iter_parquet(path: str) -> Iterator[RawRecord]:
                     index += 1
                     row = {name: values[i] for name, (values, _) in zip(batch.schema.names, columns)}
                     error = next((errors[i] for _, errors in columns if errors[i]), "")
-                    yield RawRecord(path, index, "row", row, len(str(row.get("text", ""))), error)
+                    yield RawRecord(source, index, "row", row, len(str(row.get("text", ""))), error)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: unreadable Parquet data after row {index}: {e}") from e
+        raise InputError(f"{source}: unreadable Parquet data after row {index}: {e}") from e
 
 
 def _id_hash(source: str, index: int) -> Any:

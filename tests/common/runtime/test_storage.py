@@ -1,0 +1,168 @@
+"""Remote inputs through fsspec, against real servers on 127.0.0.1: moto's S3 server and Python's http.server."""
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from s3fs.core import S3File
+
+from stages.common.runtime import storage
+from stages.common.runtime.check import input_exists, missing_input
+from stages.common.runtime.digest import fingerprint_of
+from stages.common.text.readers import InputError, iter_raw, list_input_files, parse_raw
+from tests.fixtures.object_store import SECRET, http_root, s3_server  # noqa: F401 (fixtures)
+
+RECORDS = [{"id": f"r{i}", "text": f"document number {i} " * 20} for i in range(50)]
+JSONL = b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS)
+
+
+@pytest.fixture(autouse=True)
+def no_retry_delay(monkeypatch):
+    monkeypatch.setattr(storage, "RETRY_DELAY_S", 0.0)
+
+
+def flaky_reads(monkeypatch, failures: int | None) -> list[int]:
+    """Make the first `failures` reads of any S3 file (all of them: None) fail as a dropped connection does;
+    the others read the real server. Returns the position of each read tried."""
+    real, tried = S3File.read, []
+
+    def read(self, length=-1):
+        tried.append(self.loc)
+        if failures is None or len(tried) <= failures:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return real(self, length)
+
+    monkeypatch.setattr(S3File, "read", read)
+    return tried
+
+
+def texts(files: list[str]) -> list[tuple[str, str, int]]:
+    return [(r.source, parse_raw(r, 10**6).text, r.index) for r in iter_raw(files)]
+
+
+def test_redact_drops_user_info_query_and_fragment():
+    assert storage.redact("https://user:pa55@host.example:8443/a/b.jsonl?X-Amz-Signature=abc&t=1#frag") == \
+        "https://host.example:8443/a/b.jsonl"
+    assert storage.redact("s3://bucket/raw/a.jsonl.gz") == "s3://bucket/raw/a.jsonl.gz"
+    assert storage.redact("hf://datasets/org/name/data/*.parquet") == "hf://datasets/org/name/data/*.parquet"
+    assert storage.redact("data/raw/a?b.jsonl") == "data/raw/a?b.jsonl"  # a local path (a glob) is left alone
+    assert missing_input("clean", "input", "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
+        "param 'clean.input': https://h/x.jsonl does not exist"
+    message = "GET https://u:pw@h/x.jsonl?sig=s3cr3t failed; sig=s3cr3t"
+    assert storage.scrub(message, "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
+        "GET https://h/x.jsonl failed; <redacted>"
+    url = "https://h/x.jsonl?sig=a%2Fb%3D%3D&k=v"  # an error may spell the query decoded or re-encoded
+    assert "a/b==" not in storage.scrub("GET https://h/x.jsonl?sig=a/b==&k=v", url)
+
+
+def test_reads_jsonl_gz_and_parquet_objects(s3_server):
+    gz = s3_server.put("read/a.jsonl.gz", gzip.compress(JSONL))
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(RECORDS), sink, row_group_size=7)
+    parquet = s3_server.put("read/b.parquet", sink.getvalue().to_pybytes())
+    zst = s3_server.put("read/c.jsonl.zst", zstandard.ZstdCompressor(write_checksum=True).compress(JSONL))
+    assert list_input_files(gz) == [gz]
+    got = texts([gz, parquet, zst])
+    expected = [(url, r["text"], i) for url in (gz, parquet, zst) for i, r in enumerate(RECORDS, 1)]
+    assert got == expected
+    assert storage.input_size(gz) == s3_server.fs().size(f"{s3_server.bucket}/read/a.jsonl.gz")
+
+
+def test_globs_and_prefix_with_pattern_list_sorted(s3_server):
+    for key in ("glob/raw/b.jsonl.gz", "glob/raw/a.jsonl.gz", "glob/raw/c.parquet", "glob/raw/notes.md",
+                "glob/raw/sub/d.jsonl.gz", "glob/raw/.hidden/e.jsonl.gz", "glob/other/f.jsonl.gz"):
+        s3_server.put(key, b"{}\n")
+    url = f"s3://{s3_server.bucket}/glob"
+    assert list_input_files(f"{url}/raw/*.jsonl.gz") == [f"{url}/raw/a.jsonl.gz", f"{url}/raw/b.jsonl.gz"]
+    assert list_input_files(f"{url}/raw/**/*.jsonl.gz") == [f"{url}/raw/a.jsonl.gz", f"{url}/raw/b.jsonl.gz",
+                                                            f"{url}/raw/sub/d.jsonl.gz"]
+    assert list_input_files(f"{url}/raw", "*.jsonl.gz") == [f"{url}/raw/a.jsonl.gz", f"{url}/raw/b.jsonl.gz",
+                                                            f"{url}/raw/sub/d.jsonl.gz"]
+    assert list_input_files(f"{url}/raw") == [f"{url}/raw/a.jsonl.gz", f"{url}/raw/b.jsonl.gz",
+                                              f"{url}/raw/c.parquet", f"{url}/raw/sub/d.jsonl.gz"]
+    with pytest.raises(ValueError, match="does not exist"):
+        list_input_files(f"{url}/missing")
+    with pytest.raises(ValueError, match="matches no"):
+        list_input_files(f"{url}/raw/*.txt")
+    assert input_exists(f"{url}/raw") and input_exists(f"{url}/raw/a.jsonl.gz") and input_exists(f"{url}/raw/*.gz")
+    assert not input_exists(f"{url}/missing") and not input_exists(f"{url}/missing/*.gz")
+
+
+def test_fingerprint_follows_the_object_version(s3_server):
+    url = s3_server.put("fp/a.jsonl", b'{"text": "one"}\n')
+    first = fingerprint_of(url)
+    assert first == fingerprint_of(url) and "ETag" in first and url in first
+    s3_server.put("fp/a.jsonl", b'{"text": "two"}\n')
+    assert fingerprint_of(url) != first
+
+
+def test_a_failed_read_is_retried_at_the_byte_reached(s3_server, monkeypatch, caplog):
+    data = bytes(range(256)) * 40
+    url = s3_server.put("retry/blob.jsonl", data)
+    with storage.open_input(url) as f:
+        first = f.read(1000)
+        tried = flaky_reads(monkeypatch, failures=2)
+        rest = [f.read(1000) for _ in range(10)]
+    assert first + b"".join(rest) == data
+    assert tried[:3] == [1000, 1000, 1000]  # reopened and sought to where the failed read started
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all(f"{url}: reading at byte 1000 failed" in w for w in warnings)
+    assert "retry 1/3" in warnings[0] and "ConnectionResetError" in warnings[0]
+
+
+def test_a_read_that_keeps_failing_is_one_input_error(s3_server, monkeypatch):
+    url = s3_server.put("retry/a.jsonl.gz", gzip.compress(JSONL))
+    tried = flaky_reads(monkeypatch, failures=None)
+    with pytest.raises(InputError) as e:
+        list(iter_raw([url]))
+    assert str(e.value).startswith(f"{url}: reading at byte 0 failed after 4 tries: ConnectionResetError")
+    assert "\n" not in str(e.value) and len(tried) == 4
+
+
+def test_https_input_is_read_and_its_secrets_never_shown(http_root, monkeypatch, caplog):
+    base, folder = http_root
+    (folder / "a.jsonl.gz").write_bytes(gzip.compress(JSONL))
+    url = f"http://reader:{SECRET}@{base.removeprefix('http://')}/a.jsonl.gz?token={SECRET}"
+    files = list_input_files(url)
+    assert files == [url]  # read as given
+    got = texts(files)
+    assert got == [(f"{base}/a.jsonl.gz", r["text"], i) for i, r in enumerate(RECORDS, 1)]
+    with pytest.raises(ValueError, match="takes no wildcards") as e:
+        list_input_files(f"{base}/*.jsonl.gz?token={SECRET}")
+    missing = f"{base}/missing.jsonl?token={SECRET}"
+    assert not input_exists(missing)
+    with pytest.raises(ValueError) as missing_error:
+        list_input_files(missing)
+    assert SECRET not in str(e.value) + str(missing_error.value) + caplog.text
+    assert SECRET not in fingerprint_of(url)
+
+
+def test_gs_urls_go_to_gcsfs():
+    """No GCS server can be reached here (and gcsfs takes seconds to look for default credentials): check
+    only that a gs:// URL goes to gcsfs with the bucket path, not to the local disk."""
+    import fsspec
+    fs, path = fsspec.core.url_to_fs("gs://refinery-raw/a.jsonl", token="anon", skip_instance_cache=True)
+    assert type(fs).__module__.startswith("gcsfs") and path == "refinery-raw/a.jsonl"
+    assert storage.is_url("gs://refinery-raw/a.jsonl") and not storage.is_url("data/raw/a.jsonl")
+
+
+def test_hf_urls_go_to_the_hub_and_an_unreachable_store_is_one_input_error(monkeypatch):
+    """The Hub cannot be reached here: offline mode makes huggingface_hub refuse every request at once, as
+    a network failure would, and the listing reports that rather than "does not exist"."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "is_offline_mode", lambda: True)
+    url = "hf://datasets/org/name/data/a.jsonl"
+    with pytest.raises(InputError, match=rf"^{url}: cannot be looked up: OfflineModeIsEnabled"):
+        list_input_files(url)
+    with pytest.raises(InputError, match=rf"^{url}: opening at byte 0 failed after 4 tries: OfflineModeIsEnabled"):
+        storage.open_input(url)
+
+
+def test_an_unknown_protocol_is_one_line():
+    with pytest.raises(ValueError, match=r"^input nosuch://x/a.jsonl: .*nosuch"):
+        list_input_files("nosuch://x/a.jsonl")
