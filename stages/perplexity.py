@@ -20,6 +20,7 @@ and write the tiered token shards the `train` stage reads.
     <out_dir>/tokens/{train,val}/{easy,medium,hard}.bin|.idx.npy   token shards (stages.common.lm.token_shards)
     <out_dir>/tokens/manifest.json         vocabulary, eos id, dtype, docs and tokens per shard
     <out_dir>/cutoffs.csv                  lang, easy_max, medium_max, num_docs, source
+    <out_dir>/README.md                    the dataset card of docs/ (stages.common.runtime.dataset_card)
     <model_dir>/model.safetensors          the reference LM (config in its metadata)
 
 plus `metrics_path` and `plot_path` (per-language histogram of log10 perplexity, cutoffs marked).
@@ -75,6 +76,7 @@ from stages.common.lm.token_shards import (
 )
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.runtime.cli import stage_main
+from stages.common.runtime.dataset_card import write_dataset_card
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
@@ -87,6 +89,12 @@ from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 log = logging.getLogger("refinery.perplexity")
 STAGE = "perplexity"
 QUALITY_COLUMN = "quality_score"
+CARD_NOTES = (
+    "`load_dataset` gives every document in its `train` split; the pipeline's own train/validation split is "
+    "the `split` column (`docs.filter(lambda d: d[\"split\"] == \"val\")`). Also in this folder, not part "
+    "of the dataset: `tokens/`, the documents as token shards per split and tier (what the train stage reads, "
+    "`tokens/manifest.json` describes them), and `cutoffs.csv`, the perplexity cutoffs between tiers per "
+    "language.",)
 NEW_COLUMNS = [("perplexity", pa.float32()), ("tier", pa.string()), ("split", pa.string()), ("num_tokens", pa.int32())]
 
 
@@ -420,6 +428,7 @@ def run(params: Params) -> dict[str, Any]:
             "shards": {f"{split}/{tier}": {"num_docs": w.num_docs, "num_tokens": w.num_tokens}
                        for (split, tier), w in shards.items()},
         })
+        write_dataset_card(out, STAGE, sys.modules[__name__], params, CARD_NOTES)
         seconds["write"] = time.perf_counter() - t0
     shutil.rmtree(Path(params.work_dir).resolve(), ignore_errors=True)  # scores are only dropped once published
 

@@ -19,6 +19,7 @@ from stages.common.text.filters import Dropped
 from stages.common.text.langid import LANGUAGES
 from stages.common.text.readers import InputError
 from tests.conftest import ROOT, load_bench, write_jsonl
+from tests.fixtures.hf_datasets import expected_features, hf_load
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
       "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.")
@@ -320,3 +321,27 @@ def test_a_run_imports_neither_scipy_nor_pandas(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(raw), str(tmp_path / "run")], cwd=ROOT, capture_output=True,
                           text=True, check=True)
     assert proc.stdout.splitlines()[-1] == "3 []"
+
+
+def test_published_datasets_load_with_hf_datasets_and_carry_a_card(tmp_path):
+    params = make_params(tmp_path, corpus(tmp_path), num_workers=1)
+    metrics = clean.run(params)
+    out = Path(params.out_dir)
+    folder, quarantine, glob = hf_load(tmp_path, {"path": str(out)}, {"path": str(out), "name": "quarantine"},
+                                       {"path": "parquet", "data_files": f"{out}/docs/*.parquet"})
+    docs, dropped = outputs(params)
+    assert folder == glob  # the card's default config is docs/, nothing else of the folder
+    assert folder["num_rows"] == metrics["num_kept"] == 3 and folder["rows"] == docs
+    assert folder["features"] == expected_features(out / "docs")
+    assert folder["features"]["text"] == "large_string" and folder["features"]["lang_prob"] == "float32"
+    assert quarantine["num_rows"] == metrics["num_quarantined"] and quarantine["rows"] == dropped
+    assert quarantine["features"] == expected_features(out / "quarantine")
+
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\npretty_name: \"Refinery clean documents\"\nlanguage:\n- \"en\"\n- \"zh\"\n")
+    assert "| `en` | 2 | 394 |" in card and "| `lang:de` | 1 |" in card and "| `dedup:near` | 1 |" in card
+    assert "| `meta` | `string` | the input record's other fields" in card
+    # Deterministic: the same input and params (output paths aside) give the same card, byte for byte.
+    again = make_params(tmp_path / "again", Path(params.input), num_workers=1)
+    clean.run(again)
+    assert (Path(again.out_dir) / "README.md").read_bytes() == (out / "README.md").read_bytes()

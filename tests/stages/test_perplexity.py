@@ -11,6 +11,7 @@ from stages.common.lm import bpe
 from stages.common.lm.model import load_checkpoint
 from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, open_tiers
 from stages.common.runtime.parquet import read_table
+from tests.fixtures.hf_datasets import expected_features, hf_load
 from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -110,11 +111,29 @@ def test_metrics_cutoffs_plot_and_model(first_run):
     assert model.config.vocab_size == 400 and model.config.dim == 32
 
 
+def test_published_docs_load_with_hf_datasets_through_the_card(tmp_path, first_run):
+    """The folder also holds token shards and a CSV: the card's configs make `load_dataset` read docs/ only."""
+    params, metrics = first_run
+    out = Path(params.out_dir)
+    (folder,) = hf_load(tmp_path, {"path": str(out)})
+    assert folder["num_rows"] == NUM_DOCS and folder["rows"] == read_table(out / "docs").to_pylist()
+    assert folder["features"] == expected_features(out / "docs")
+    assert {k: folder["features"][k] for k in ("perplexity", "tier", "split", "num_tokens")} == \
+        {"perplexity": "float32", "tier": "string", "split": "string", "num_tokens": "int32"}
+    card = (out / "README.md").read_text()
+    assert "- \"en\"\n- \"zh\"" in card and "config_name: quarantine" not in card
+    for lang in ("en", "zh"):
+        for tier in TIERS:
+            assert f"| `{lang}` / `{tier}` | {metrics[f'docs.{lang}.{tier}']:,} |" in card
+    assert f"| `val` | {metrics['num_val_docs']:,} |" in card and "`tokens/`" in card
+
+
 def test_same_inputs_give_the_same_bytes(tmp_path, first_run, corpus):
     params, _ = first_run
     again = make_params(tmp_path, corpus)
     perplexity.run(again)
-    for rel in ("docs/part-00000.parquet", "tokens/train/hard.bin", "tokens/val/easy.idx.npy", "cutoffs.csv"):
+    for rel in ("docs/part-00000.parquet", "tokens/train/hard.bin", "tokens/val/easy.idx.npy", "cutoffs.csv",
+                "README.md"):
         assert (Path(params.out_dir) / rel).read_bytes() == (Path(again.out_dir) / rel).read_bytes(), rel
     assert (Path(params.model_dir) / "model.safetensors").read_bytes() == \
         (Path(again.model_dir) / "model.safetensors").read_bytes()

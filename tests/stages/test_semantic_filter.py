@@ -13,6 +13,7 @@ from stages.common.semantic.encoder import Encoder
 from stages.common.semantic.features import layout_features
 from stages.common.semantic.head import choose_threshold
 from tests.conftest import write_jsonl
+from tests.fixtures.hf_datasets import expected_features, hf_load
 
 ZH_ADS = ["限时特价，点击购买！蓝牙耳机仅需¥{p}元！全场{z}折起，包邮到家！！！加微信抢购，库存仅剩{n}件！",
           "新品上市，前{n}名下单立减{p}元！正品保证，假一赔十！立即抢购，点击链接领取优惠券！！"]
@@ -71,7 +72,7 @@ def pipeline(tmp_path: Path):
     return f
 
 
-def test_chinese_and_english_ads_dropped_articles_kept(pipeline):
+def test_chinese_and_english_ads_dropped_articles_kept(pipeline, tmp_path):
     metrics = semantic_filter.run(pipeline)
     kept = {r["id"]: r for r in read_table(Path(pipeline.out_dir) / "docs").to_pylist()}
     dropped = {r["id"]: r for r in read_table(Path(pipeline.out_dir) / "quarantine").to_pylist()}
@@ -87,6 +88,16 @@ def test_chinese_and_english_ads_dropped_articles_kept(pipeline):
         r for r in read_table(Path(pipeline.docs_dir)).to_pylist() if r["id"] == "en-ad")  # the clean row as read
     assert not Path(pipeline.work_dir).exists()
     assert metrics["val.zh.accuracy"] >= 0.9 and metrics["val.en.accuracy"] >= 0.9
+
+    # What a user gets from Hugging Face `datasets`: the folder's card picks docs/ (or quarantine/).
+    out = Path(pipeline.out_dir)
+    folder, quarantine = hf_load(tmp_path, {"path": str(out)}, {"path": str(out), "name": "quarantine"})
+    assert folder["num_rows"] == 2 and {r["id"] for r in folder["rows"]} == set(kept)
+    assert folder["features"] == expected_features(out / "docs") and folder["features"]["quality_score"] == "float32"
+    assert quarantine["num_rows"] == 2 and quarantine["features"] == expected_features(out / "quarantine")
+    card = (out / "README.md").read_text()
+    assert "pretty_name: \"Refinery semantic_filter documents\"" in card and "| `semantic:ad` | 2 |" in card
+    assert "| `quality_score` | `float32` | the semantic filter's probability" in card
 
 
 def test_threshold_change_needs_only_the_filter_stage(pipeline):

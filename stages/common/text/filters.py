@@ -18,6 +18,7 @@ A concrete stage supplies only its decision, in two halves:
 
     <out_dir>/docs/part-*.parquet        kept documents (`doc_schema`)
     <out_dir>/quarantine/part-*.parquet  dropped documents with their reason (QUARANTINE_SCHEMA)
+    <out_dir>/README.md                  the dataset card (stages.common.runtime.dataset_card)
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from stages.common.runtime.atomic import atomic_dir
+from stages.common.runtime.dataset_card import write_dataset_card
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, _importable, map_shards, resolve_workers
 from stages.common.runtime.metrics import select, write_metrics
@@ -167,6 +169,7 @@ class FilterStage(ABC):
             if num_kept + num_quarantined != num_read:
                 raise RuntimeError(f"accounting broken: kept {num_kept} + quarantined {num_quarantined} "
                                    f"!= read {num_read}")
+            write_dataset_card(tmp, self.name, sys.modules[type(self).__module__], p)
         work.remove()  # only once the outputs are in place: a failed run leaves its finished shards
         seconds = time.perf_counter() - self.start
         metrics: dict[str, Any] = {
