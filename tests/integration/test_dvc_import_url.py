@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml

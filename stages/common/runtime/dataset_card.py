@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stages.common.runtime.digest import read_source, settings, stage_code
+from stages.common.runtime.storage import is_url, redact
 
 CARD_NAME = "README.md"
 DOCS, QUARANTINE = "docs", "quarantine"
@@ -66,10 +66,8 @@ SIZE_CATEGORIES = [(10**3, "n<1K"), (10**4, "1K<n<10K"), (10**5, "10K<n<100K"), 
 def public(value: str) -> str:
     """A param value fit to print: a URL without user, password, query or fragment; an absolute local path
     as its last component (`…/name`); anything else as it is."""
-    if "://" in value:
-        url = urlsplit(value)
-        host = url.netloc.rpartition("@")[2]
-        return urlunsplit((url.scheme, host, url.path, "", ""))
+    if is_url(value):
+        return redact(value)
     if os.path.isabs(value):
         return f"…/{Path(value).name}"
     return value
