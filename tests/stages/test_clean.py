@@ -18,6 +18,7 @@ from stages.common.runtime.parquet import QUARANTINE_SCHEMA, PartWriter, read_ta
 from stages.common.text.filters import Dropped
 from stages.common.text.readers import InputError
 from tests.conftest import ROOT, load_bench, write_jsonl
+from tests.fixtures.warc import write_warc
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
       "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.")
@@ -139,6 +140,11 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
     tmp_path = tmp_path_factory.mktemp("prop")
     write_jsonl(tmp_path / "raw" / "x.jsonl", records)
     params = make_params(tmp_path, tmp_path / "raw", num_workers=1)
+    if all(r == b'{"x": 1}' for r in records):  # not one record has the text field: a config error, no output
+        with pytest.raises(clean.ConfigError, match="'clean.text_field'.*its records have: x$"):
+            clean.run(params)
+        assert not Path(params.out_dir).exists()
+        return
     metrics = clean.run(params)
     docs, quarantine = outputs(params)
     assert metrics["num_read"] == len(records)
@@ -257,3 +263,92 @@ def test_a_run_imports_neither_scipy_nor_pandas(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, str(raw), str(tmp_path / "run")], cwd=ROOT, capture_output=True,
                           text=True, check=True)
     assert proc.stdout.splitlines()[-1] == "3 []"
+
+
+# --- input formats and field mapping -------------------------------------------------------------------
+
+
+def test_warc_input_keeps_html_pages_with_url_date_and_record_id(tmp_path):
+    (tmp_path / "raw").mkdir()
+    expected = write_warc(tmp_path / "raw" / "crawl.warc.gz")
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1,
+                         keep_fields=("url", "date", "warc_record_id", "http_status"))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == len(expected) == len(docs) + len(quarantine)
+    assert {d["url"] for d in docs} == {"http://a.example/en", "http://a.example/latin1", "http://a.example/zh"}
+    by_url = {d["url"]: d for d in docs}
+    en = by_url["http://a.example/en"]
+    assert en["id"] == en["warc_record_id"] and en["id"].startswith("<urn:uuid:") and en["http_status"] == 200
+    assert en["text"].startswith("The river runs") and "Home | About" not in en["text"]  # HTML to text
+    assert "café" in by_url["http://a.example/latin1"]["text"]
+    reasons = sorted(q["reason"] for q in quarantine)
+    assert reasons == ["dedup:near", "invalid:http_status_404", "invalid:warc_not_html",
+                       "invalid:warc_truncated", "invalid:warc_truncated"]  # /gz is /en with one word changed
+    detail = json.loads(Path(params.detail_path).read_text())
+    assert {k: v for k, v in detail.items() if k.startswith("warc_skipped.")} == {
+        "warc_skipped.metadata": 1, "warc_skipped.request": 1, "warc_skipped.warcinfo": 1}
+    schema = pq.read_schema(Path(params.out_dir) / "docs" / "part-00000.parquet")
+    assert schema.field("http_status").type == pa.int64() and schema.field("url").type == pa.string()
+
+
+def test_csv_input_with_field_mapping_accounts_for_every_row(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.csv").write_text(f'key,body,stars\nk1,"{EN}",5\nk2,"{ZH}",4.5\nk3,broken\nk4,"{DE}",many\n')
+    params = make_params(tmp_path, raw, num_workers=1, text_field="body", id_field="key", keep_fields=("stars",))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == 4 == len(docs) + len(quarantine)
+    assert [(d["id"], d["stars"], json.loads(d["meta"])) for d in docs] == [("k1", "5", {}), ("k2", "4.5", {})]
+    assert sorted(q["reason"] for q in quarantine) == ["invalid:csv_fields", "lang:de"]
+
+
+def test_kept_fields_are_typed_columns_and_misfits_become_null(tmp_path):
+    raw = tmp_path / "raw"
+    records = [{"id": "en", "text": EN, "n": 3, "score": 1, "flag": True, "meta": {"tags": ["a"], "site": "x"}},
+               {"id": "zh", "text": ZH, "n": "three", "score": 2.5, "flag": False, "meta": {"site": "y"}},
+               {"id": "en2", "text": EN2}]
+    write_jsonl(raw / "a.jsonl", records)
+    params = make_params(tmp_path, raw, num_workers=1, keep_fields=("n", "score", "flag", "meta.tags", "meta.site"))
+    metrics = clean.run(params)
+    docs, _ = outputs(params)
+    schema = pq.read_schema(Path(params.out_dir) / "docs" / "part-00000.parquet")
+    assert [(f.name, str(f.type)) for f in schema][6:] == [
+        ("n", "string"), ("score", "double"), ("flag", "bool"), ("meta.tags", "string"), ("meta.site", "string")]
+    # n mixes an int and a string in the first records: a JSON column; later misfits would be null.
+    assert [(d["n"], d["score"], d["flag"], d["meta.tags"], d["meta.site"]) for d in docs] == [
+        ("3", 1.0, True, '["a"]', "x"), ('"three"', 2.5, False, None, "y"), (None, None, None, None, None)]
+    assert json.loads(docs[0]["meta"]) == {"meta": {}}
+    assert metrics["keep_fields.n.type"] == "json" and metrics["keep_fields.score.num_mismatched"] == 0
+
+
+def test_a_value_that_does_not_fit_its_column_is_null_and_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(clean, "LOOKAHEAD_RECORDS", 1)
+    write_jsonl(tmp_path / "raw" / "a.jsonl", [{"id": "en", "text": EN, "n": 3}, {"id": "zh", "text": ZH, "n": "x"}])
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, keep_fields=("n",))
+    metrics = clean.run(params)
+    assert [d["n"] for d in outputs(params)[0]] == [3, None]
+    assert metrics["keep_fields.n.type"] == "int" and metrics["keep_fields.n.num_mismatched"] == 1
+
+
+def test_an_input_without_the_text_field_is_a_config_error_and_nothing_is_published(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    pq.write_table(pa.table({"id": ["a", "b"], "content": [EN, ZH], "url": ["u", "v"]}), raw / "x.parquet")
+    params = make_params(tmp_path, raw, num_workers=1)
+    with pytest.raises(clean.ConfigError) as e:
+        clean.run(params)
+    assert str(e.value) == (f"param 'clean.text_field': no record of {raw / 'x.parquet'} has field 'text'; its "
+                            "records have: content, id, url")
+    assert not Path(params.out_dir).exists() and not Path(params.work_dir).exists()
+    assert not Path(params.metrics_path).exists()
+    metrics = clean.run(dataclasses.replace(params, text_field="content"))
+    assert metrics["num_kept"] == 2
+
+
+def test_keep_fields_may_not_shadow_docs_columns():
+    with pytest.raises(ValueError, match=r"'clean.keep_fields\[1\]': 'lang' is a column the docs already have"):
+        make_params(Path("tmp"), Path("raw"), keep_fields=("url", "lang"))
+    with pytest.raises(ValueError, match=r"'clean.format': must be one of auto, jsonl"):
+        make_params(Path("tmp"), Path("raw"), format="xml")
