@@ -272,13 +272,13 @@ class CleanStage(FilterStage):
                  self.num_workers)
         self.skipped: Counter[str] = Counter()  # what the files hold besides records (WARC requests, ...)
         raws = iter_raw(self.files, params.max_record_bytes, params.format, self.skipped)
-        head = lookahead(raws)  # before the work folder or any output is touched
+        head, cut = lookahead(raws)  # before the work folder or any output is touched
         if not head and not params.allow_empty_input:
             raise ConfigError(f"param 'clean.input': {params.input!r} holds no records ({len(self.files)} file(s), "
                               "empty or blank lines only); set 'clean.allow_empty_input: true' to publish an empty "
                               "dataset")
         parsed = [parse_raw(raw, params.max_record_bytes, params.field_map) for raw in head]
-        check_text_field(params.text_field, head, parsed, more=len(head) == LOOKAHEAD_RECORDS)
+        check_text_field(params.text_field, head, parsed, more=cut)
         records = [r for r in parsed if isinstance(r, Record)]
         self.field_kinds = {path: infer_kind(r.kept.get(path) for r in records) for path in params.keep_fields}
         self.doc_schema = schema_with(DOC_SCHEMA, self.field_kinds)
@@ -334,16 +334,17 @@ class CleanStage(FilterStage):
         }
 
 
-def lookahead(raws: Iterator[RawRecord]) -> list[RawRecord]:
-    """The first records, at most LOOKAHEAD_RECORDS of them and about LOOKAHEAD_BYTES."""
+def lookahead(raws: Iterator[RawRecord]) -> tuple[list[RawRecord], bool]:
+    """(the first records, at most LOOKAHEAD_RECORDS of them and about LOOKAHEAD_BYTES; whether it
+    stopped at a limit, so that more records may follow)."""
     head: list[RawRecord] = []
     size = 0
     for raw in raws:
         head.append(raw)
         size += raw.num_bytes
         if len(head) >= LOOKAHEAD_RECORDS or size >= LOOKAHEAD_BYTES:
-            break
-    return head
+            return head, True
+    return head, False
 
 
 def check_text_field(text_field: str, head: list[RawRecord], parsed: list[Record | Rejection], more: bool) -> None:

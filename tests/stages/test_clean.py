@@ -18,7 +18,7 @@ from stages.common.runtime.parquet import QUARANTINE_SCHEMA, PartWriter, read_ta
 from stages.common.text.filters import Dropped
 from stages.common.text.readers import InputError
 from tests.conftest import ROOT, load_bench, write_jsonl
-from tests.fixtures.warc import write_warc
+from tests.fixtures.warc import write_warc, write_wet
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
       "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.")
@@ -133,6 +133,10 @@ BAD = st.sampled_from([b'{"text": ', b'{"text": "\xff\xfe"}', b"42", b'{"text": 
                        b'\\u000e\\u000f\\u0010"}'])
 
 
+HAS_TEXT = {b'{"text": null}', b'{"text": ""}', b'{"text": "\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007'
+            b'\\u0008\\u000e\\u000f\\u0010"}'}  # BAD records that have the text field (its value is bad)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(GOOD.map(lambda t: {"text": t}), BAD,
                           st.text(max_size=300).map(lambda t: {"text": t})), min_size=1, max_size=40))
@@ -140,7 +144,8 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
     tmp_path = tmp_path_factory.mktemp("prop")
     write_jsonl(tmp_path / "raw" / "x.jsonl", records)
     params = make_params(tmp_path, tmp_path / "raw", num_workers=1)
-    if all(r == b'{"x": 1}' for r in records):  # not one record has the text field: a config error, no output
+    if b'{"x": 1}' in records and not any(isinstance(r, dict) or r in HAS_TEXT for r in records):
+        # not one readable record has the text field: a config error, no output
         with pytest.raises(clean.ConfigError, match="'clean.text_field'.*its records have: x$"):
             clean.run(params)
         assert not Path(params.out_dir).exists()
@@ -352,3 +357,27 @@ def test_keep_fields_may_not_shadow_docs_columns():
         make_params(Path("tmp"), Path("raw"), keep_fields=("url", "lang"))
     with pytest.raises(ValueError, match=r"'clean.format': must be one of auto, jsonl"):
         make_params(Path("tmp"), Path("raw"), format="xml")
+
+
+def test_datasets_folder_input_accounts_for_every_record(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = {"id": ["en", "zh", "de", "none", "en-again"], "content": [EN, ZH, DE, None, EN], "site": list("abcde")}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "raw" / "hf"), num_shards=2)
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, text_field="content", keep_fields=("site",))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == 5 == len(docs) + len(quarantine) and metrics["num_input_files"] == 2
+    assert [(d["id"], d["site"]) for d in docs] == [("en", "a"), ("zh", "b")]
+    assert sorted(q["reason"] for q in quarantine) == ["dedup:exact", "invalid:non_string_text", "lang:de"]
+
+
+def test_wet_input_accounts_for_every_record(tmp_path):
+    (tmp_path / "raw").mkdir()
+    write_wet(tmp_path / "raw" / "crawl.warc.wet.gz", {"https://a.example/en2": EN2, "https://a.example/de": DE,
+                                                       "https://a.example/en": EN, "https://a.example/dup": EN})
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, keep_fields=("url",))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == 4 == len(docs) + len(quarantine) and metrics["warc_skipped.warcinfo"] == 1
+    assert [d["url"] for d in docs] == ["https://a.example/en2", "https://a.example/en"]
+    assert sorted(q["reason"] for q in quarantine) == ["dedup:exact", "lang:de"]
