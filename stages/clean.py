@@ -110,7 +110,7 @@ class Params:
         for i, name in enumerate(self.keep_fields):
             if not name or name in RESERVED_COLUMNS or name in self.keep_fields[:i]:
                 what = "is empty" if not name else "is listed twice" if name in self.keep_fields[:i] else \
-                    f"is a column the docs already have ({', '.join(sorted(RESERVED_COLUMNS))})"
+                    f"is a column name the docs have or a later stage adds ({', '.join(sorted(RESERVED_COLUMNS))})"
                 raise ValueError(f"param 'clean.keep_fields[{i}]': {name!r} {what}")
 
     @property

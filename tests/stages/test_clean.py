@@ -353,7 +353,7 @@ def test_an_input_without_the_text_field_is_a_config_error_and_nothing_is_publis
 
 
 def test_keep_fields_may_not_shadow_docs_columns():
-    with pytest.raises(ValueError, match=r"'clean.keep_fields\[1\]': 'lang' is a column the docs already have"):
+    with pytest.raises(ValueError, match=r"'clean.keep_fields\[1\]': 'lang' is a column name the docs have"):
         make_params(Path("tmp"), Path("raw"), keep_fields=("url", "lang"))
     with pytest.raises(ValueError, match=r"'clean.format': must be one of auto, jsonl"):
         make_params(Path("tmp"), Path("raw"), format="xml")
