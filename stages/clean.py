@@ -9,7 +9,7 @@ marker, so a rerun redoes only unfinished shards.
 The parent process streams the input, owns the global dedup index (`CleanStage.review`: exact keys, LSH
 bands of the signatures; first occurrence wins, in input order) and writes two Parquet datasets:
 
-    <out_dir>/docs/part-*.parquet        kept documents (id, text, lang, lang_prob, source, meta)
+    <out_dir>/docs/part-*.parquet        kept documents (id, text, lang, lang_prob, source, meta, keep_fields...)
     <out_dir>/quarantine/part-*.parquet  every dropped or invalid record, with its reason
 
 Invariant, checked before anything is published: kept + quarantined == records read.
@@ -34,17 +34,22 @@ from stages.common.runtime.atomic import check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import check_executor, resolve_workers  # noqa: F401 (bench/clean.py uses it)
 from stages.common.runtime.params import ConfigError, param, validate
+from stages.common.runtime.parquet import DOC_SCHEMA
 from stages.common.runtime.storage import redact
 from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
+from stages.common.text.fields import coerce, infer_kind, schema_with
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 from stages.common.text.langid import LANGUAGES, LangResult, LanguageIdentifier
 from stages.common.text.normalize import NormalizeOptions, normalize
 from stages.common.text.quality import QualityParams, QualityRules, languages_without_stop_words
 from stages.common.text.readers import (
     DEFAULT_MAX_RECORD_BYTES,
+    FORMATS,
+    FieldMap,
     RawRecord,
     Record,
     Rejection,
+    field_names,
     iter_raw,
     list_input_files,
     parse_raw,
@@ -53,6 +58,14 @@ from stages.common.text.readers import (
 log = logging.getLogger("refinery.clean")
 STAGE = "clean"
 PHASES = ("parse", "normalize", "langid", "rules", "signature")
+# Before any output is touched, the first records are read ahead (at most this many, and this many bytes)
+# to check that the text field exists and to type the kept fields' columns.
+LOOKAHEAD_RECORDS = 1000
+LOOKAHEAD_BYTES = 64 << 20
+# Column names a kept field may not take: the docs' own, and those semantic_filter and perplexity add.
+RESERVED_COLUMNS = frozenset(DOC_SCHEMA.names) | {"quality_score", "perplexity", "tier", "split", "num_tokens"}
+# Reasons that show a record has the text field (only its value is wrong).
+_HAS_TEXT_REASONS = frozenset({"invalid:non_string_text", "invalid:empty", "invalid:binary"})
 
 
 @dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
@@ -74,6 +87,10 @@ class Params:
     rows_per_part: int = param(100_000, min=1)
     max_record_bytes: int = param(DEFAULT_MAX_RECORD_BYTES, min=1)
     allow_empty_input: bool = False  # an input without a single record is an error unless this is true
+    format: str = param("auto", choices=FORMATS)  # the reader for every input file; auto = by extension
+    text_field: str = param("text", nonempty=True)  # a field name or a dotted path (payload.content)
+    id_field: str = param("id", nonempty=True)
+    keep_fields: tuple[str, ...] = ()  # fields (names or dotted paths) kept as typed docs columns
     languages: tuple[str, ...] = param(("zh", "en"), choices=LANGUAGES, nonempty=True)  # as the detector names them
     min_lang_prob: float = param(0.8, min=0.0, max=1.0)
     langid_max_chars: int = param(400, min=1)
@@ -91,6 +108,15 @@ class Params:
                              f"'clean.quality.max_mean_word_length', got {self.quality.min_mean_word_length} > "
                              f"{self.quality.max_mean_word_length}")
         check_executor(STAGE, self.executor, self.address)
+        for i, name in enumerate(self.keep_fields):
+            if not name or name in RESERVED_COLUMNS or name in self.keep_fields[:i]:
+                what = "is empty" if not name else "is listed twice" if name in self.keep_fields[:i] else \
+                    f"is a column name the docs have or a later stage adds ({', '.join(sorted(RESERVED_COLUMNS))})"
+                raise ValueError(f"param 'clean.keep_fields[{i}]': {name!r} {what}")
+
+    @property
+    def field_map(self) -> FieldMap:
+        return FieldMap(self.text_field, self.id_field, self.keep_fields)
 
 
 class RecordTooSlow(Exception):
@@ -125,8 +151,9 @@ def time_budget(seconds: float) -> Iterator[None]:
 
 
 def original_record(parsed: Record) -> str:
-    """The record as read, for the quarantine."""
-    return json.dumps({"id": parsed.id, "text": parsed.text, **parsed.meta}, ensure_ascii=False, default=str)
+    """The record as read, for the quarantine (its kept fields under their paths)."""
+    return json.dumps({"id": parsed.id, "text": parsed.text, **parsed.kept, **parsed.meta}, ensure_ascii=False,
+                      default=str)
 
 
 def dropped(doc_id: str, reason: str, source: str, index: int, record: str, lang: str | None = None,
@@ -156,6 +183,7 @@ class Cleaner:
                                          keep=params.languages)
         self.rules = QualityRules(params.quality)
         self.signer = Signer(params.dedup, params.seed) if params.dedup.near else None
+        self.fields = params.field_map
         if params.record_time_budget_s and threading.current_thread() is not threading.main_thread():
             log.warning("clean: records are processed outside a main thread, so 'clean.record_time_budget_s' "
                         "cannot interrupt them")
@@ -175,7 +203,7 @@ class Cleaner:
     def normalized(self, raw: RawRecord, timings: Counter[str]) -> Normalized | dict[str, Any]:
         """Parse and normalise: the record for language ID, or its result row if dropped already."""
         t0 = time.thread_time()
-        parsed = parse_raw(raw, self.p.max_record_bytes)
+        parsed = parse_raw(raw, self.p.max_record_bytes, self.fields)
         t1 = time.thread_time()
         timings["parse"] += t1 - t0
         if isinstance(parsed, Rejection):
@@ -218,7 +246,7 @@ class Cleaner:
             return dropped(parsed.id, "invalid:too_slow", parsed.source, parsed.index, original)
         return {"id": parsed.id, "reason": None, "lang": lang.lang, "lang_prob": lang.prob, "source": parsed.source,
                 "index": parsed.index, "record": original, "text": text,
-                "meta": json.dumps(parsed.meta, ensure_ascii=False, default=str), "key": key,
+                "meta": json.dumps(parsed.meta, ensure_ascii=False, default=str), "kept": parsed.kept, "key": key,
                 "signature": None if signature is None else signature.tobytes()}
 
 
@@ -246,13 +274,20 @@ class CleanStage(FilterStage):
         if params.quality.min_stop_words:
             for lang in languages_without_stop_words(params.languages):
                 log.info("clean: no stop-word list for %r: the stop-word rule is skipped for it", lang)
-        raws = iter_raw(self.files, params.max_record_bytes)
-        first = next(raws, None)  # before the work folder or any output is touched
-        if first is None and not params.allow_empty_input:
+        self.skipped: Counter[str] = Counter()  # what the files hold besides records (WARC requests, ...)
+        raws = iter_raw(self.files, params.max_record_bytes, params.format, self.skipped)
+        head, cut = lookahead(raws)  # before the work folder or any output is touched
+        if not head and not params.allow_empty_input:
             raise ConfigError(f"param 'clean.input': {redact(params.input)!r} holds no records "
                               f"({len(self.files)} file(s), empty or blank lines only); set "
                               "'clean.allow_empty_input: true' to publish an empty dataset")
-        self.raws = itertools.chain([first] if first else [], raws)
+        parsed = [parse_raw(raw, params.max_record_bytes, params.field_map) for raw in head]
+        check_text_field(params.text_field, head, parsed, more=cut)
+        records = [r for r in parsed if isinstance(r, Record)]
+        self.field_kinds = {path: infer_kind(r.kept.get(path) for r in records) for path in params.keep_fields}
+        self.doc_schema = schema_with(DOC_SCHEMA, self.field_kinds)
+        self.num_mismatched: Counter[str] = Counter()
+        self.raws = itertools.chain(head, raws)
         self.index = DedupIndex(params.dedup)
 
     def documents(self) -> Iterator[RawRecord]:
@@ -270,6 +305,9 @@ class CleanStage(FilterStage):
         sig = result["signature"]  # uint32 or uint64 values, by the MinHash scheme
         signature = None if sig is None else np.frombuffer(sig, dtype=f"u{len(sig) // self.params.dedup.num_perm}")
         row = {k: result[k] for k in ("id", "text", "lang", "lang_prob", "source", "meta")}
+        for path, kind in self.field_kinds.items():
+            row[path], fits = coerce(result["kept"].get(path), kind)
+            self.num_mismatched[path] += not fits
         return Candidate(row, result["key"], signature, result["index"], result["record"])
 
     def review(self, verdict: Verdict) -> Verdict:
@@ -293,7 +331,41 @@ class CleanStage(FilterStage):
             # CPU seconds summed over workers, so they show where the time goes, not wall time.
             **{f"cpu_seconds.{phase}": round(self.timings[phase], 3) for phase in PHASES},
             "cpu_seconds.dedup_and_write": round(self.timings["review_and_write"], 3),
+            **dict(sorted(self.skipped.items())),
+            **{f"keep_fields.{path}.type": kind for path, kind in self.field_kinds.items()},
+            # values that did not fit their column's type, written as null
+            **{f"keep_fields.{path}.num_mismatched": self.num_mismatched[path] for path in self.field_kinds},
         }
+
+
+def lookahead(raws: Iterator[RawRecord]) -> tuple[list[RawRecord], bool]:
+    """(the first records, at most LOOKAHEAD_RECORDS of them and about LOOKAHEAD_BYTES; whether it
+    stopped at a limit, so that more records may follow)."""
+    head: list[RawRecord] = []
+    size = 0
+    for raw in raws:
+        head.append(raw)
+        size += raw.num_bytes
+        if len(head) >= LOOKAHEAD_RECORDS or size >= LOOKAHEAD_BYTES:
+            return head, True
+    return head, False
+
+
+def check_text_field(text_field: str, head: list[RawRecord], parsed: list[Record | Rejection], more: bool) -> None:
+    """A ConfigError if records were read and not one of them has the text field: the field name is wrong
+    for this input (records that lack it while others have it are quarantined one by one)."""
+    missing = [raw for raw, r in zip(head, parsed) if isinstance(r, Rejection) and r.reason == "invalid:missing_text"]
+    if not missing or any(isinstance(r, Record) or r.reason in _HAS_TEXT_REASONS for r in parsed):
+        return
+    names: dict[str, None] = {}
+    for raw in missing:
+        obj = raw.payload if raw.kind == "row" else json.loads(raw.payload)
+        names.update(dict.fromkeys(field_names(obj)))
+    sources = list(dict.fromkeys(raw.source for raw in head))
+    where = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+    first = f"the first {len(head)} records of " if more else ""
+    raise ConfigError(f"param 'clean.text_field': no record of {first}{where} has field {text_field!r}; its records "
+                      f"have: {', '.join(sorted(names)) or 'no fields'}")
 
 
 def run(params: Params) -> dict[str, Any]:

@@ -37,6 +37,13 @@ STAGE = "semantic_filter"
 SCORED_SCHEMA = DOC_SCHEMA.append(pa.field("quality_score", pa.float32()))
 
 
+def scored_schema(docs_dir: str) -> pa.Schema:
+    """The input docs' schema (clean's columns, its `keep_fields` among them) plus `quality_score`."""
+    parts = sorted(Path(docs_dir).glob("part-*.parquet"))
+    schema = pq.read_schema(parts[0]).remove_metadata() if parts else DOC_SCHEMA
+    return schema.append(pa.field("quality_score", pa.float32()))
+
+
 @dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
 class Params:
     docs_dir: str
@@ -93,6 +100,7 @@ class SemanticFilter(FilterStage):
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
+        self.doc_schema = scored_schema(params.docs_dir)  # clean's kept fields carried through
         config, self.heads = load_heads(params.head_dir)
         self.classes, self.pooled = config["classes"], config["pooled"]
         self.ngrams = NgramParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in config["ngrams"].items()})

@@ -1,4 +1,4 @@
-"""Build the bundled demo corpus: raw JSONL shards that the `clean` stage runs on.
+"""Build the bundled demo corpus: raw JSONL shards and a small WARC crawl that the `clean` stage runs on.
 
 Deterministic from `seed` (one `random.Random`; Faker instances seeded from it; gzip mtime=0), no
 downloads, in a given environment: the real text below depends on the Python version and on the
@@ -56,10 +56,12 @@ ones included):
   (max(2, 0.14%) each) and 1-3 oversized (> 2 MB text) records.
 * 10% of well-formed records carry no `id`; originals of duplicates always have one.
 
-Records are shuffled, duplicates slotted in after their originals, and the stream is split
-contiguously into `num_shards` files: stream order is part-00000 line 1 ... last shard's last line.
-The labels file has one line per record in that order; `lang` is null for malformed records and
-`id` is the id written in the line (null when there is none).
+Records are shuffled, duplicates slotted in after their originals; `warc_docs` html pages go into
+`crawl-00000.warc.gz` (see `warc.py`: three of them as records `clean` quarantines), and the rest of
+the stream is split contiguously into `num_shards` files: stream order is the WARC's responses, then
+part-00000 line 1 ... last shard's last line. The labels file has one line per record in that order;
+`lang` is null for malformed records and `id` is the id written in the line (null when there is none;
+the WARC record id for the crawl's pages).
 
 The semantic labels (`semantic_labels_path`) are examples for the semantic filter, in stream order:
 {"id", "text" (as written), "lang" (en|zh), "label" (keep|drop), "category" (null|ad|boilerplate)}
@@ -72,7 +74,7 @@ Layout: `stage.py` (Params, run, the CLI; `python -m stages.demo_corpus` runs it
 record in stream order) with its parts `base.py` (seeded state, prose primitives), `man_pages.py`,
 `quotes.py`, `pages.py`, `boilerplate.py`, `malformed.py`, `duplicates.py`; the real-text sources
 `docstrings.py` (docstrings, help topics, API docs) and `dist_text.py` (licences, .po catalogs);
-`text.py` (small text helpers) and `tables.py`, which loads the word lists and templates in
+`warc.py` (the crawl), `text.py` (small text helpers) and `tables.py`, which loads the word lists and templates in
 `data/*.yaml` and the HTML skeletons in `data/html/`. Imports only `stages.common.runtime`.
 """
 from stages.demo_corpus.builder import Builder

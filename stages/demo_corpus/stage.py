@@ -1,7 +1,7 @@
-"""Build the bundled demo corpus: raw JSONL shards that the `clean` stage runs on.
+"""Build the bundled demo corpus: raw JSONL shards and a small WARC file that the `clean` stage runs on.
 
 `python -m stages.demo_corpus [--params params.yaml]` reads the `demo_corpus` section, writes the shards,
-the labels, the semantic-filter labels and the metrics file, each atomically.
+the WARC, the labels, the semantic-filter labels and the metrics file, each atomically.
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
 from stages.demo_corpus.builder import Builder
 from stages.demo_corpus.records import Doc, _dumps, record_counts, semantic_labels
+from stages.demo_corpus.warc import WARC_NAME
+from stages.demo_corpus.warc import build as build_warc
 
 STAGE = "demo_corpus"
 log = logging.getLogger(__name__)
@@ -34,19 +36,23 @@ class Params:
     seed: int = param(1234, min=0)
     num_docs: int = param(24000, min=1)
     num_shards: int = param(8, min=1)
+    warc_docs: int = param(60, min=0)  # html documents served from a WARC file instead of the shards
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
         record_counts(self.num_docs)  # too few records for the mix: fail before any work
 
 
-def write(docs: list[Doc], params: Params) -> tuple[int, int]:
-    """Write the shards, the labels and the semantic-filter labels atomically; return (uncompressed,
-    compressed) shard bytes."""
+def write(docs: list[Doc], params: Params) -> tuple[list[Doc], int, int]:
+    """Write the WARC, the shards, the labels and the semantic-filter labels atomically; return (the
+    records as labelled, in stream order; uncompressed and compressed shard bytes)."""
+    warc, docs, warc_docs = build_warc(docs, params.seed, params.warc_docs)
     n, k = len(docs), params.num_shards
-    labels: list[dict[str, Any]] = []
+    labels: list[dict[str, Any]] = [d.label(WARC_NAME, i + 1) for i, d in enumerate(warc_docs)]
     raw_size = gz_size = 0
     with atomic_dir(params.out_dir) as tmp:
+        if warc_docs:
+            (tmp / WARC_NAME).write_bytes(warc)  # sorts before the shards: the stream starts with it
         for s in range(k):
             name = f"part-{s:05d}.jsonl.gz"
             chunk = docs[s * n // k:(s + 1) * n // k]
@@ -60,9 +66,10 @@ def write(docs: list[Doc], params: Params) -> tuple[int, int]:
         tmp_labels.write_text("".join(json.dumps(lab, ensure_ascii=False) + "\n" for lab in labels),
                               encoding="utf-8")
     with atomic_path(params.semantic_labels_path) as tmp_semantic:
-        tmp_semantic.write_text("".join(_dumps(row) + "\n" for row in semantic_labels(docs, params.seed)),
+        rows = semantic_labels(warc_docs + docs, params.seed)
+        tmp_semantic.write_text("".join(_dumps(row) + "\n" for row in rows),
                                 encoding="utf-8")  # _dumps: noisy text holds U+0085 and U+2028
-    return raw_size, gz_size
+    return warc_docs + docs, raw_size, gz_size
 
 
 def run(params: Params) -> dict[str, int | float]:
@@ -71,7 +78,7 @@ def run(params: Params) -> dict[str, int | float]:
     check_owned_paths(STAGE, {}, {"out_dir": params.out_dir})
     log.info("building %d demo records (seed %d)", params.num_docs, params.seed)
     docs = Builder(params.seed).build(params.num_docs)
-    raw_size, gz_size = write(docs, params)
+    docs, raw_size, gz_size = write(docs, params)
     counts: Counter[str] = Counter(records=len(docs), no_id=sum(d.id is None for d in docs))
     for d in docs:
         lab = d.label("", 0)

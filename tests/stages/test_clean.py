@@ -20,6 +20,7 @@ from stages.common.text.langid import LANGUAGES
 from stages.common.text.readers import InputError
 from tests.conftest import ROOT, load_bench, write_jsonl
 from tests.fixtures.hf_datasets import expected_features, hf_load
+from tests.fixtures.warc import write_warc, write_wet
 
 EN = ("The river runs through the old town and the people who live there have fished in it for generations. "
       "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.")
@@ -180,6 +181,10 @@ BAD = st.sampled_from([b'{"text": ', b'{"text": "\xff\xfe"}', b"42", b'{"text": 
                        b'\\u000e\\u000f\\u0010"}'])
 
 
+HAS_TEXT = {b'{"text": null}', b'{"text": ""}', b'{"text": "\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007'
+            b'\\u0008\\u000e\\u000f\\u0010"}'}  # BAD records that have the text field (its value is bad)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(GOOD.map(lambda t: {"text": t}), BAD,
                           st.text(max_size=300).map(lambda t: {"text": t})), min_size=1, max_size=40))
@@ -187,6 +192,12 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
     tmp_path = tmp_path_factory.mktemp("prop")
     write_jsonl(tmp_path / "raw" / "x.jsonl", records)
     params = make_params(tmp_path, tmp_path / "raw", num_workers=1)
+    if b'{"x": 1}' in records and not any(isinstance(r, dict) or r in HAS_TEXT for r in records):
+        # not one readable record has the text field: a config error, no output
+        with pytest.raises(clean.ConfigError, match="'clean.text_field'.*its records have: x$"):
+            clean.run(params)
+        assert not Path(params.out_dir).exists()
+        return
     metrics = clean.run(params)
     docs, quarantine = outputs(params)
     assert metrics["num_read"] == len(records)
@@ -345,3 +356,116 @@ def test_published_datasets_load_with_hf_datasets_and_carry_a_card(tmp_path):
     again = make_params(tmp_path / "again", Path(params.input), num_workers=1)
     clean.run(again)
     assert (Path(again.out_dir) / "README.md").read_bytes() == (out / "README.md").read_bytes()
+
+
+# --- input formats and field mapping -------------------------------------------------------------------
+
+
+def test_warc_input_keeps_html_pages_with_url_date_and_record_id(tmp_path):
+    (tmp_path / "raw").mkdir()
+    expected = write_warc(tmp_path / "raw" / "crawl.warc.gz")
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1,
+                         keep_fields=("url", "date", "warc_record_id", "http_status"))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == len(expected) == len(docs) + len(quarantine)
+    assert {d["url"] for d in docs} == {"http://a.example/en", "http://a.example/latin1", "http://a.example/zh"}
+    by_url = {d["url"]: d for d in docs}
+    en = by_url["http://a.example/en"]
+    assert en["id"] == en["warc_record_id"] and en["id"].startswith("<urn:uuid:") and en["http_status"] == 200
+    assert en["text"].startswith("The river runs") and "Home | About" not in en["text"]  # HTML to text
+    assert "café" in by_url["http://a.example/latin1"]["text"]
+    reasons = sorted(q["reason"] for q in quarantine)
+    assert reasons == ["dedup:near", "invalid:http_status_404", "invalid:warc_not_html",
+                       "invalid:warc_truncated", "invalid:warc_truncated"]  # /gz is /en with one word changed
+    detail = json.loads(Path(params.detail_path).read_text())
+    assert {k: v for k, v in detail.items() if k.startswith("warc_skipped.")} == {
+        "warc_skipped.metadata": 1, "warc_skipped.request": 1, "warc_skipped.warcinfo": 1}
+    schema = pq.read_schema(Path(params.out_dir) / "docs" / "part-00000.parquet")
+    assert schema.field("http_status").type == pa.int64() and schema.field("url").type == pa.string()
+
+
+def test_csv_input_with_field_mapping_accounts_for_every_row(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.csv").write_text(f'key,body,stars\nk1,"{EN}",5\nk2,"{ZH}",4.5\nk3,broken\nk4,"{DE}",many\n')
+    params = make_params(tmp_path, raw, num_workers=1, text_field="body", id_field="key", keep_fields=("stars",))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == 4 == len(docs) + len(quarantine)
+    assert [(d["id"], d["stars"], json.loads(d["meta"])) for d in docs] == [("k1", "5", {}), ("k2", "4.5", {})]
+    assert sorted(q["reason"] for q in quarantine) == ["invalid:csv_fields", "lang:de"]
+
+
+def test_kept_fields_are_typed_columns_and_misfits_become_null(tmp_path):
+    raw = tmp_path / "raw"
+    records = [{"id": "en", "text": EN, "n": 3, "score": 1, "flag": True, "meta": {"tags": ["a"], "site": "x"}},
+               {"id": "zh", "text": ZH, "n": "three", "score": 2.5, "flag": False, "meta": {"site": "y"}},
+               {"id": "en2", "text": EN2}]
+    write_jsonl(raw / "a.jsonl", records)
+    params = make_params(tmp_path, raw, num_workers=1, keep_fields=("n", "score", "flag", "meta.tags", "meta.site"))
+    metrics = clean.run(params)
+    docs, _ = outputs(params)
+    schema = pq.read_schema(Path(params.out_dir) / "docs" / "part-00000.parquet")
+    assert [(f.name, str(f.type)) for f in schema][6:] == [
+        ("n", "string"), ("score", "double"), ("flag", "bool"), ("meta.tags", "string"), ("meta.site", "string")]
+    # n mixes an int and a string in the first records: a JSON column; later misfits would be null.
+    assert [(d["n"], d["score"], d["flag"], d["meta.tags"], d["meta.site"]) for d in docs] == [
+        ("3", 1.0, True, '["a"]', "x"), ('"three"', 2.5, False, None, "y"), (None, None, None, None, None)]
+    assert json.loads(docs[0]["meta"]) == {"meta": {}}
+    assert metrics["keep_fields.n.type"] == "json" and metrics["keep_fields.score.num_mismatched"] == 0
+
+
+def test_a_value_that_does_not_fit_its_column_is_null_and_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(clean, "LOOKAHEAD_RECORDS", 1)
+    write_jsonl(tmp_path / "raw" / "a.jsonl", [{"id": "en", "text": EN, "n": 3}, {"id": "zh", "text": ZH, "n": "x"}])
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, keep_fields=("n",))
+    metrics = clean.run(params)
+    assert [d["n"] for d in outputs(params)[0]] == [3, None]
+    assert metrics["keep_fields.n.type"] == "int" and metrics["keep_fields.n.num_mismatched"] == 1
+
+
+def test_an_input_without_the_text_field_is_a_config_error_and_nothing_is_published(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    pq.write_table(pa.table({"id": ["a", "b"], "content": [EN, ZH], "url": ["u", "v"]}), raw / "x.parquet")
+    params = make_params(tmp_path, raw, num_workers=1)
+    with pytest.raises(clean.ConfigError) as e:
+        clean.run(params)
+    assert str(e.value) == (f"param 'clean.text_field': no record of {raw / 'x.parquet'} has field 'text'; its "
+                            "records have: content, id, url")
+    assert not Path(params.out_dir).exists() and not Path(params.work_dir).exists()
+    assert not Path(params.metrics_path).exists()
+    metrics = clean.run(dataclasses.replace(params, text_field="content"))
+    assert metrics["num_kept"] == 2
+
+
+def test_keep_fields_may_not_shadow_docs_columns():
+    with pytest.raises(ValueError, match=r"'clean.keep_fields\[1\]': 'lang' is a column name the docs have"):
+        make_params(Path("tmp"), Path("raw"), keep_fields=("url", "lang"))
+    with pytest.raises(ValueError, match=r"'clean.format': must be one of auto, jsonl"):
+        make_params(Path("tmp"), Path("raw"), format="xml")
+
+
+def test_datasets_folder_input_accounts_for_every_record(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = {"id": ["en", "zh", "de", "none", "en-again"], "content": [EN, ZH, DE, None, EN], "site": list("abcde")}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "raw" / "hf"), num_shards=2)
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, text_field="content", keep_fields=("site",))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == 5 == len(docs) + len(quarantine) and metrics["num_input_files"] == 2
+    assert [(d["id"], d["site"]) for d in docs] == [("en", "a"), ("zh", "b")]
+    assert sorted(q["reason"] for q in quarantine) == ["dedup:exact", "invalid:non_string_text", "lang:de"]
+
+
+def test_wet_input_accounts_for_every_record(tmp_path):
+    (tmp_path / "raw").mkdir()
+    write_wet(tmp_path / "raw" / "crawl.warc.wet.gz", {"https://a.example/en2": EN2, "https://a.example/de": DE,
+                                                       "https://a.example/en": EN, "https://a.example/dup": EN})
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, keep_fields=("url",))
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == 4 == len(docs) + len(quarantine) and metrics["warc_skipped.warcinfo"] == 1
+    assert [d["url"] for d in docs] == ["https://a.example/en2", "https://a.example/en"]
+    assert sorted(q["reason"] for q in quarantine) == ["dedup:exact", "lang:de"]

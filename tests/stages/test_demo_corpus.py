@@ -9,6 +9,7 @@ import yaml
 
 from stages.common.runtime.params import load_section
 from stages.common.text.normalize import NormalizeOptions, normalize
+from stages.common.text.readers import iter_raw, parse_raw
 from stages.demo_corpus import (
     MALFORMED,
     Builder,
@@ -25,6 +26,7 @@ from stages.demo_corpus import (
     tables,
     to_traditional,
 )
+from stages.demo_corpus.warc import WARC_MALFORMED, WARC_NAME
 
 # Genres of the keep class beyond articles (see the module docstring), recognised by their layout.
 MAN = re.compile(r"^(?:NAME|名称|名稱)(?:（NAME）)?\n", re.M)
@@ -53,22 +55,34 @@ def _build(root: Path, seed: int = 7) -> Params:
 
 
 def _files(params: Params) -> dict[str, bytes]:
-    paths = sorted(Path(params.out_dir).glob("part-*.jsonl.gz")) + [Path(params.labels_path),
-                                                                     Path(params.semantic_labels_path)]
+    paths = sorted(Path(params.out_dir).glob("*.warc.gz")) + sorted(Path(params.out_dir).glob("part-*.jsonl.gz")) \
+        + [Path(params.labels_path), Path(params.semantic_labels_path)]
     return {p.name: p.read_bytes() for p in paths}
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Params, list[bytes], list[dict]]:
     params = _build(tmp_path_factory.mktemp("a"))
-    lines = [line for name, data in _files(params).items() if name.startswith("part-")
-             for line in gzip.decompress(data).split(b"\n")[:-1]]
+    lines = warc_lines(Path(params.out_dir) / WARC_NAME)
+    lines += [line for name, data in _files(params).items() if name.startswith("part-")
+              for line in gzip.decompress(data).split(b"\n")[:-1]]
     labels = [json.loads(line) for line in Path(params.labels_path).read_text(encoding="utf-8").splitlines()]
     return params, lines, labels
 
 
+def warc_lines(path: Path) -> list[bytes]:
+    """The WARC's responses as the JSON lines they replace ({"id": record id, "text": body}), read with warcio
+    (a reader independent of clean's)."""
+    from warcio.archiveiterator import ArchiveIterator
+    with open(path, "rb") as f:
+        return [json.dumps({"id": r.rec_headers.get_header("WARC-Record-ID"),
+                            "text": r.content_stream().read().decode("utf-8", "replace")}).encode()
+                for r in ArchiveIterator(f) if r.rec_type == "response"]
+
+
 def test_same_seed_same_bytes(corpus, tmp_path: Path) -> None:
     params = corpus[0]
+    assert WARC_NAME in _files(params)
     assert _files(_build(tmp_path)) == _files(params)
     assert (Path(params.out_dir) / "_SUCCESS").is_file()
     assert _files(_build(tmp_path / "other", seed=8)) != _files(params)
@@ -77,7 +91,7 @@ def test_same_seed_same_bytes(corpus, tmp_path: Path) -> None:
 def test_labels_describe_the_records(corpus) -> None:
     _, lines, labels = corpus
     assert len(lines) == len(labels) == 600
-    assert {lab["malformed"] for lab in labels} == set(MALFORMED) | {None}
+    assert {lab["malformed"] for lab in labels} == set(MALFORMED) | set(WARC_MALFORMED) | {None}
     assert len({lab["lang"] for lab in labels} - {None}) >= 6
     seen: dict[str, str] = {}
     for line, lab in zip(lines, labels):
@@ -437,7 +451,7 @@ def test_params_are_checked_before_any_work(tmp_path: Path, section: dict, messa
 
 def test_cli_writes_every_output(tmp_path: Path) -> None:
     main(["--params", str(_params_file(tmp_path))])
-    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["_SUCCESS", "part-00000.jsonl.gz",
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["_SUCCESS", WARC_NAME, "part-00000.jsonl.gz",
                                                                       "part-00001.jsonl.gz"]
     assert json.loads((tmp_path / "metrics.detail.json").read_text(encoding="utf-8"))["records"] == 600
     headline = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
@@ -490,3 +504,21 @@ def test_html_skeletons_take_the_values_the_pages_give() -> None:
     assert not tables.SPHINX_RELATED.template.endswith("\n") and tables.PAGE.template.endswith("</body></html>\n")
     assert tables.DOCBOOK_PAGE.template.startswith('<?xml version="1.0"') and "\\\n" not in tables.SPHINX_PAGE.template
     assert {"lang", "title", "site", "nav", "body"} <= set(tables.PAGE.get_identifiers())
+
+
+def test_the_warc_holds_html_pages_and_records_clean_quarantines(corpus) -> None:
+    params, _, labels = corpus
+    warc_labels = [lab for lab in labels if lab["shard"] == WARC_NAME]
+    assert labels[:len(warc_labels)] == warc_labels  # the WARC sorts first: the stream starts with it
+    assert 10 <= len(warc_labels) <= 60 and all(lab["id"].startswith("<urn:uuid:") for lab in warc_labels)
+    assert all(lab["kind"] == "html" and not lab["dup_of"] for lab in warc_labels[:-3])
+    assert [lab["malformed"] for lab in warc_labels[-3:]] == list(WARC_MALFORMED)
+    warc_ids = {lab["id"] for lab in warc_labels}
+    assert not warc_ids & {lab["id"] for lab in labels[len(warc_labels):]}
+    assert not warc_ids & {lab["dup_of"] for lab in labels}  # no duplicate points into the WARC
+    skipped = Counter()
+    raws = list(iter_raw([str(Path(params.out_dir) / WARC_NAME)], skipped=skipped))
+    parsed = [parse_raw(raw, 10**6) for raw in raws]
+    assert [(raw.index, r.id) for raw, r in zip(raws, parsed)] == [(lab["line"], lab["id"]) for lab in warc_labels]
+    assert [getattr(r, "reason", None) for r in parsed[-3:]] == [f"invalid:{m}" for m in WARC_MALFORMED]
+    assert skipped == {"warc_skipped.warcinfo": 1, "warc_skipped.request": len(warc_labels)}

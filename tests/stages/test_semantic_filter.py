@@ -48,12 +48,12 @@ def pipeline(tmp_path: Path):
             {"id": "zh-article", "text": ZH_ARTICLES[1].format(n=1234)},
             {"id": "en-ad", "text": EN_ADS[1].format(n=42, p=199, z=3)},
             {"id": "en-article", "text": EN_ARTICLES[0].format(n=12)}]
-    write_jsonl(tmp_path / "raw" / "docs.jsonl", docs)
+    write_jsonl(tmp_path / "raw" / "docs.jsonl", [{**d, "url": f"https://x/{d['id']}"} for d in docs])
     c = clean.Params(input=str(tmp_path / "raw"), out_dir=str(tmp_path / "clean"),
                      metrics_path=str(tmp_path / "m" / "clean.json"),
                      detail_path=str(tmp_path / "m" / "clean.detail.json"),
                      reasons_plot_path=str(tmp_path / "m" / "reasons.csv"), work_dir=str(tmp_path / "w"),
-                     num_workers=1)
+                     num_workers=1, keep_fields=("url",))
     e = semantic_embed.Params(labels_path=str(labels), docs_dir=str(tmp_path / "clean" / "docs"),
                               out_dir=str(tmp_path / "emb"), metrics_path=str(tmp_path / "m" / "embed.json"),
                               detail_path=str(tmp_path / "m" / "embed.detail.json"),
@@ -79,6 +79,7 @@ def test_chinese_and_english_ads_dropped_articles_kept(pipeline, tmp_path):
     assert set(kept) == {"zh-article", "en-article"}
     assert {i: r["reason"] for i, r in dropped.items()} == {"zh-ad": "semantic:ad", "en-ad": "semantic:ad"}
     assert all(0.0 <= r["quality_score"] <= 1.0 for r in kept.values())
+    assert kept["zh-article"]["url"] == "https://x/zh-article"  # clean's kept fields carried through
     assert all(r["score"] < metrics[f"threshold.{r['lang']}"] for r in dropped.values())
     assert json.loads(dropped["zh-ad"]["record"])["text"].startswith("限时特价")
     assert metrics["num_read"] == 4 == metrics["num_kept"] + metrics["num_quarantined"]

@@ -1,8 +1,10 @@
-"""Streaming readers for raw corpora: JSONL (plain, .gz, .zst), Parquet, and plain-text files.
+"""Streaming readers for raw corpora: JSONL (plain, .gz, .zst), Parquet, plain-text files, WARC/WET web
+archives, CSV/TSV and Arrow IPC files (the `data-*.arrow` of a Hugging Face `save_to_disk` folder).
 
 Reading is split in two so that a bad record never stops a stage and parsing runs in the workers:
 `iter_raw` streams `RawRecord`s (raw bytes of a JSONL line, a Parquet row, or a text file's bytes)
-in a deterministic order; `parse_raw` turns one into a `Record` or a `Rejection` with a reason.
+in a deterministic order; `parse_raw` turns one into a `Record` or a `Rejection` with a reason, taking
+the text, the id and the kept fields from where `FieldMap` says (dotted paths reach into nested objects).
 
 What a reader holds per record is bounded: a line or text file longer than `max_record_bytes` is kept
 only as its first bytes (enough for the quarantine row) and the rest is read past in chunks. A file
@@ -11,6 +13,8 @@ file and where, rather than passing on part of it as if it were whole.
 """
 from __future__ import annotations
 
+import codecs
+import csv
 import glob
 import gzip
 import hashlib
@@ -19,6 +23,7 @@ import json
 import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -43,7 +48,22 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".jso
                   ".json.zst")
 PARQUET_SUFFIXES = (".parquet",)
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".txt.zst")
-SUPPORTED_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES
+WET_SUFFIXES = (".wet", ".wet.gz")  # Common Crawl's .warc.wet.gz included
+WARC_SUFFIXES = (".warc", ".warc.gz")
+CSV_SUFFIXES = (".csv", ".csv.gz")
+TSV_SUFFIXES = (".tsv", ".tsv.gz")
+ARROW_SUFFIXES = (".arrow",)
+SUPPORTED_SUFFIXES = (JSONL_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES + WET_SUFFIXES + WARC_SUFFIXES
+                      + CSV_SUFFIXES + TSV_SUFFIXES + ARROW_SUFFIXES)
+# `clean.format` values; `auto` picks by extension (`file_format`). warc and wet are one reader: it reads
+# `response` and `conversion` records, whichever the file holds.
+FORMATS = ("auto", "jsonl", "parquet", "text", "warc", "wet", "csv", "tsv", "arrow")
+_FORMAT_SUFFIXES = (("wet", WET_SUFFIXES), ("warc", WARC_SUFFIXES), ("csv", CSV_SUFFIXES), ("tsv", TSV_SUFFIXES),
+                    ("arrow", ARROW_SUFFIXES), ("parquet", PARQUET_SUFFIXES), ("text", TEXT_SUFFIXES),
+                    ("jsonl", JSONL_SUFFIXES))
+# Files of a `datasets` save_to_disk folder that describe it rather than hold records.
+SAVE_TO_DISK_STATE = "state.json"
+_SAVE_TO_DISK_META = frozenset({SAVE_TO_DISK_STATE, "dataset_info.json", "dataset_dict.json"})
 
 DEFAULT_MAX_RECORD_BYTES = 1_000_000  # the `clean.max_record_bytes` default
 OVERSIZED_KEEP_BYTES = 64 * 1024  # of a record over the size limit, what its quarantine row keeps
@@ -72,12 +92,25 @@ class RawRecord:
 
 
 @dataclass(frozen=True)
+class FieldMap:
+    """Where a record's text, id and kept fields are: field names, or dotted paths into nested objects
+    (`payload.content`; a field whose own name has a dot is found first)."""
+    text: str = "text"
+    id: str = "id"
+    keep: tuple[str, ...] = ()
+
+
+DEFAULT_FIELDS = FieldMap()
+
+
+@dataclass(frozen=True)
 class Record:
     id: str
     text: str
     source: str
     index: int
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # the record's other fields
+    kept: dict[str, Any] = field(default_factory=dict)  # FieldMap.keep: path -> value (None where absent)
 
 
 @dataclass(frozen=True)
@@ -124,7 +157,8 @@ def list_input_files(path: str, pattern: str = "*") -> list[str]:
         files = [path]
     else:
         raise ValueError(f"input {path!r} does not exist")
-    files = sorted(f for f in files if (is_url(f) or os.path.isfile(f)) and _has_suffix(f, SUPPORTED_SUFFIXES))
+    files = save_to_disk_order(sorted(f for f in files if (is_url(f) or os.path.isfile(f))
+                                      and _has_suffix(f, SUPPORTED_SUFFIXES)))
     if not files:
         raise ValueError(f"input {redact(path)!r} (pattern {pattern!r}) matches no {'/'.join(SUPPORTED_SUFFIXES)} "
                          "file")
@@ -133,6 +167,41 @@ def list_input_files(path: str, pattern: str = "*") -> list[str]:
             raise ValueError(f"input file {f.encode('utf-8', 'surrogateescape')!r} has a name that is not "
                              "valid UTF-8: rename it")
     return files
+
+
+def save_to_disk_order(files: list[str]) -> list[str]:
+    """`files` (sorted) with each Hugging Face `save_to_disk` folder (one holding state.json) read as a
+    dataset: its .arrow files in state.json's order, and neither its JSON descriptions (state.json,
+    dataset_info.json) nor a DatasetDict's dataset_dict.json beside its split folders taken as records."""
+    folders = {os.path.dirname(f) for f in files if os.path.basename(f) == SAVE_TO_DISK_STATE}
+    if not folders:
+        return files
+    parents = {os.path.dirname(folder) for folder in folders}
+    ordered: dict[str, list[str]] = {}
+    for folder in folders:
+        with open_input(os.path.join(folder, SAVE_TO_DISK_STATE)) as f:
+            names = [entry["filename"] for entry in json.load(f).get("_data_files", [])]
+        ordered[folder] = [os.path.join(folder, name) for name in names]
+    out: list[str] = []
+    listed, done = set(files), set()
+    for f in files:
+        folder, name = os.path.split(f)
+        if folder in folders:
+            if folder not in done:  # the folder's data, once, where its first file sorts, in its own order
+                done.add(folder)
+                out += [g for g in ordered[folder] if g in listed]
+            continue
+        if name in _SAVE_TO_DISK_META and folder in parents:
+            continue
+        out.append(f)
+    return out
+
+
+def file_format(path: str, fmt: str = "auto") -> str:
+    """The reader for `path`: `fmt` unless it is `auto`, else the one its extension names."""
+    if fmt != "auto":
+        return fmt
+    return next(name for name, suffixes in _FORMAT_SUFFIXES if _has_suffix(path, suffixes))
 
 
 def check_zstd_frames(path: str) -> None:
@@ -268,18 +337,32 @@ def _stream_error(path: str, raw: BinaryIO, lines: _LineReader, error: Exception
                       f"{lines.offset}, file byte {raw.tell()}): {error}")
 
 
-def iter_raw(files: list[str], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> Iterator[RawRecord]:
-    """Every record of `files` in order; each holds at most max(max_record_bytes + 1, 64 KiB) bytes."""
+def iter_raw(files: list[str], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, fmt: str = "auto",
+             skipped: Counter[str] | None = None) -> Iterator[RawRecord]:
+    """Every record of `files` in order; each holds at most max(max_record_bytes + 1, 64 KiB) bytes
+    (a WARC, CSV or Arrow record: as read). `fmt` names the reader (`auto`: by extension); what a file
+    holds that is not a record (WARC request, metadata, warcinfo... records) is counted in `skipped`."""
     hold = max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES)
+    skipped = Counter() if skipped is None else skipped
     for path in files:
         source = redact(path)  # a URL without its secrets: what records, errors and logs show
-        if _has_suffix(path, PARQUET_SUFFIXES):
+        kind = file_format(path, fmt)
+        if kind == "parquet":
             yield from _iter_parquet(path)
+            continue
+        if kind == "arrow":
+            yield from _iter_arrow(path)
+            continue
+        if kind in ("warc", "wet"):
+            yield from _iter_warc(path, skipped)
             continue
         with ExitStack() as stack:
             f, raw = _open_stream(path, stack)
             lines = _LineReader(f, hold, source)
-            if _has_suffix(path, TEXT_SUFFIXES):
+            if kind in ("csv", "tsv"):
+                yield from _iter_csv(source, f, raw, "\t" if kind == "tsv" else ",", max_record_bytes)
+                continue
+            if kind == "text":
                 try:
                     data, length, derived = _read_text(f, hold, source)
                 except _STREAM_ERRORS as e:
@@ -331,19 +414,250 @@ def _value(column: pa.Array, i: int) -> tuple[Any, str]:
         return f"<{column.type} value that does not convert: {e}>", "invalid:bad_value"
 
 
-def _iter_parquet(path: str) -> Iterator[RawRecord]:
-    index, source = 0, redact(path)
+def _rows(path: str, batches: Iterator[pa.RecordBatch], what: str) -> Iterator[RawRecord]:
+    index = 0
     try:
-        with open_input(path) as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=1024):
-                columns = [_column_values(column) for column in batch.columns]
-                for i in range(batch.num_rows):
-                    index += 1
-                    row = {name: values[i] for name, (values, _) in zip(batch.schema.names, columns)}
-                    error = next((errors[i] for _, errors in columns if errors[i]), "")
-                    yield RawRecord(source, index, "row", row, len(str(row.get("text", ""))), error)
+        for batch in batches:
+            columns = [_column_values(column) for column in batch.columns]
+            for i in range(batch.num_rows):
+                index += 1
+                row = {name: values[i] for name, (values, _) in zip(batch.schema.names, columns)}
+                error = next((errors[i] for _, errors in columns if errors[i]), "")
+                yield RawRecord(path, index, "row", row, len(str(row.get("text", ""))), error)
     except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{source}: unreadable Parquet data after row {index}: {e}") from e
+        raise InputError(f"{path}: unreadable {what} data after row {index}: {e}") from e
+
+
+def _iter_parquet(path: str) -> Iterator[RawRecord]:
+    with open_input(path) as f:
+        yield from _rows(redact(path), _parquet_batches(f), "Parquet")
+
+
+def _parquet_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
+    yield from pq.ParquetFile(f).iter_batches(batch_size=1024)
+
+
+def _iter_arrow(path: str) -> Iterator[RawRecord]:
+    """An Arrow IPC file: the stream format `datasets` writes (data-*.arrow), or the random-access format."""
+    with open_input(path) as f:
+        yield from _rows(redact(path), _arrow_batches(f), "Arrow")
+
+
+def _arrow_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
+    head = f.read(6)
+    f.seek(0)
+    reader = pa.ipc.open_file(f) if head == b"ARROW1" else pa.ipc.open_stream(f)
+    if head == b"ARROW1":
+        yield from (reader.get_batch(i) for i in range(reader.num_record_batches))
+    else:
+        yield from reader
+
+
+def _iter_csv(path: str, f: BinaryIO, raw: BinaryIO, delimiter: str, max_record_bytes: int) -> Iterator[RawRecord]:
+    """Rows of a CSV/TSV file with a header row, as {column: string}. The csv module reads quoted fields
+    across lines; a row with more or fewer fields than the header, or one csv cannot parse, is a record with
+    a reason (`invalid:csv_fields`, `invalid:csv_syntax`), not the end of the file. Bytes that are not UTF-8
+    make the row `invalid:bad_utf8`."""
+    text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
+    csv.field_size_limit(max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES))
+    reader = csv.reader(text, delimiter=delimiter, strict=True)
+    index = 0
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        while True:
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                index += 1
+                yield RawRecord(path, index, "row", {"line": reader.line_num, "csv_error": str(e)}, 0,
+                                "invalid:csv_syntax")
+                continue
+            if not values or values == [""]:  # a blank line is not a record
+                continue
+            index += 1
+            error = "" if len(values) == len(header) else "invalid:csv_fields"
+            if any(_SURROGATE_RE.search(v) for v in values):
+                values = [v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") for v in values]
+                error = "invalid:bad_utf8"
+            row = dict(zip(header, values)) if not error else {"header": header, "values": values}
+            yield RawRecord(path, index, "row", row, sum(map(len, values)), error)
+    except _STREAM_ERRORS as e:
+        raise InputError(f"{path}: corrupt or truncated data after row {index} (file byte {raw.tell()}): {e}") from e
+
+
+# --- WARC / WET ---------------------------------------------------------------------------------------
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+_DOCUMENT_RECORD_TYPES = ("response", "conversion")
+_META_CHARSET_RE = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.I)
+_HEADER_CHARSET_RE = re.compile(r"charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]{1,40})", re.I)
+
+
+@dataclass(frozen=True)
+class WarcBlock:
+    """One WARC record as a reader library gives it: its type, WARC headers and undecoded block."""
+    record_type: str
+    headers: dict[str, str]  # names lower-cased
+    block: bytes
+    offset: int  # where the record starts in the (compressed) file
+
+
+def warc_blocks(f: BinaryIO, path: str) -> Iterator[WarcBlock]:
+    """Every record of a WARC file, through FastWARC (bench/warc.py compares it with warcio). FastWARC
+    stops quietly where a cut file ends, so a block shorter than its Content-Length is an `InputError`."""
+    from fastwarc.warc import ArchiveIterator  # a few ms to import: only for WARC inputs
+
+    index = last = 0
+    try:
+        for record in ArchiveIterator(f, parse_http=False):
+            index, last = index + 1, record.stream_pos
+            block = record.reader.read()
+            headers = {k.lower(): v for k, v in record.headers.items()}
+            if len(block) < record.content_length:
+                raise InputError(f"{path}: truncated WARC file: it ends inside record {index} (starting at byte "
+                                 f"{last}), {len(block)} of its {record.content_length} bytes read")
+            yield WarcBlock(headers.get("warc-type", "unknown"), headers, block, last)
+    except (OSError, ValueError) as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(f"{path}: corrupt WARC data after record {index} (file byte {f.tell()}): {e}") from e
+    if index and path.lower().endswith(".gz"):
+        # A cut inside the last gzip member's end (the record's closing CRLFs, the gzip trailer) leaves its
+        # block whole: check that this member, one record, decompresses to its end and the file ends there.
+        f.seek(last)
+        member = zlib.decompressobj(31)
+        try:
+            member.decompress(f.read())
+        except zlib.error as e:
+            raise InputError(f"{path}: corrupt WARC data in record {index} (starting at byte {last}): {e}") from e
+        if not member.eof:
+            raise InputError(f"{path}: truncated WARC file: it ends inside record {index} (starting at byte {last})")
+
+
+def _iter_warc(path: str, skipped: Counter[str]) -> Iterator[RawRecord]:
+    index, source = 0, redact(path)
+    with open_input(path) as f:
+        for rec in warc_blocks(f, source):
+            if rec.record_type not in _DOCUMENT_RECORD_TYPES:
+                skipped[f"warc_skipped.{rec.record_type}"] += 1
+                continue
+            index += 1
+            yield warc_record(source, index, rec)
+
+
+def warc_record(path: str, index: int, rec: WarcBlock) -> RawRecord:
+    """A WARC response (HTTP) or conversion (extracted text) record as a row, with a reason where it is
+    not a document: `invalid:warc_truncated` (WARC-Truncated, or an HTTP body shorter than its
+    Content-Length), `invalid:warc_bad_http` (no HTTP status line and headers), `invalid:http_status_<code>`
+    (anything but 200), `invalid:warc_not_html` (a response that is not text/html or XHTML),
+    `invalid:warc_bad_encoding` (a gzip/deflate/chunked body that does not decode)."""
+    h = rec.headers
+    row: dict[str, Any] = {"id": h.get("warc-record-id"), "url": h.get("warc-target-uri"),
+                           "date": h.get("warc-date"), "warc_record_id": h.get("warc-record-id")}
+    if rec.record_type == "conversion":
+        row["text"] = rec.block.decode("utf-8", errors="replace")
+        error = "invalid:warc_truncated" if "warc-truncated" in h else ""
+        return RawRecord(path, index, "row", row, len(rec.block), error)
+    error, status, http_headers, body = _http_response(rec.block)
+    content_type = http_headers.get("content-type", "")
+    row.update(http_status=status, content_type=content_type or None)
+    if not error and "warc-truncated" in h:
+        error = "invalid:warc_truncated"
+    if not error and status != 200:
+        error = f"invalid:http_status_{status}"
+    if not error and content_type.split(";")[0].strip().lower() not in HTML_TYPES:
+        error = "invalid:warc_not_html"
+    if not error:
+        error, body = _decoded_body(body, http_headers)
+    if error in ("", "invalid:warc_truncated"):
+        row["text"] = body.decode(_charset(content_type, body), errors="replace")
+    return RawRecord(path, index, "row", row, len(rec.block), error)
+
+
+def _http_response(block: bytes) -> tuple[str, int | None, dict[str, str], bytes]:
+    """(reason or "", status code, headers with lower-cased names, body) of an HTTP response block."""
+    end = block.find(b"\r\n\r\n")
+    sep = 4
+    if end < 0:
+        end, sep = block.find(b"\n\n"), 2
+    if end < 0:
+        return "invalid:warc_bad_http", None, {}, b""
+    lines = block[:end].decode("latin-1").splitlines()
+    status_line = lines[0].split(None, 2) if lines else []
+    if len(status_line) < 2 or not status_line[0].startswith("HTTP/") or not status_line[1].isdigit():
+        return "invalid:warc_bad_http", None, {}, b""
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    return "", int(status_line[1]), headers, block[end + sep:]
+
+
+def _decoded_body(body: bytes, headers: dict[str, str]) -> tuple[str, bytes]:
+    """The body without its transfer and content encodings (chunked; gzip, deflate), and a reason where
+    it is cut short or does not decode."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body, complete = _dechunk(body)
+        if not complete:
+            return "invalid:warc_truncated", body
+    elif headers.get("content-length", "").isdigit() and len(body) < int(headers["content-length"]):
+        return "invalid:warc_truncated", body
+    encoding = headers.get("content-encoding", "").strip().lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:  # wbits 47: gzip or zlib header, detected
+            body = zlib.decompressobj(47).decompress(body) if encoding != "deflate" else _inflate(body)
+        except zlib.error:
+            return "invalid:warc_bad_encoding", b""
+    elif encoding not in ("", "identity"):
+        return "invalid:warc_bad_encoding", b""
+    return "", body
+
+
+def _inflate(body: bytes) -> bytes:
+    try:
+        return zlib.decompress(body)
+    except zlib.error:
+        return zlib.decompress(body, -15)  # raw deflate, as some servers send it
+
+
+def _dechunk(body: bytes) -> tuple[bytes, bool]:
+    parts, pos = [], 0
+    while True:
+        end = body.find(b"\r\n", pos)
+        if end < 0:
+            return b"".join(parts), False
+        size_text = body[pos:end].split(b";")[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            return b"".join(parts), False
+        if size == 0:
+            return b"".join(parts), True
+        if end + 2 + size > len(body):
+            parts.append(body[end + 2:])
+            return b"".join(parts), False
+        parts.append(body[end + 2:end + 2 + size])
+        pos = end + 2 + size + 2
+
+
+def _charset(content_type: str, body: bytes) -> str:
+    """The body's character set: the Content-Type header's, else a <meta> tag's in the first 4 KB, else
+    UTF-8 (decoded with replacement characters where the bytes disagree)."""
+    for match in (_HEADER_CHARSET_RE.search(content_type), _META_CHARSET_RE.search(body, 0, 4096)):
+        if match:
+            name = match.group(1)
+            name = name.decode("ascii") if isinstance(name, bytes) else name
+            try:
+                codec = codecs.lookup(name).name
+            except LookupError:
+                continue
+            return "cp1252" if codec in ("latin-1", "iso8859-1", "ascii") else codec  # as browsers read them
+    return "utf-8"
 
 
 def _id_hash(source: str, index: int) -> Any:
@@ -383,14 +697,62 @@ def _oversized_original(data: bytes, num_bytes: int, kind: str) -> str:
     return text
 
 
-def parse_raw(raw: RawRecord, max_record_bytes: int) -> Record | Rejection:
+_MISSING = object()
+_UNREADABLE = frozenset({"invalid:bad_utf8", "invalid:bad_value", "invalid:csv_syntax"})
+
+
+def get_field(obj: dict[str, Any], path: str) -> Any:
+    """`obj[path]`, else the value at the dotted `path` through nested objects; `_MISSING` if neither."""
+    if path in obj:
+        return obj[path]
+    value: Any = obj
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _without(obj: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """`obj` less the fields at `paths` (copies along each path; `obj` itself is left as it was)."""
+    out = dict(obj)
+    for path in paths:
+        if path in out:
+            del out[path]
+            continue
+        parts, node, parents = path.split("."), out, []
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break
+            node[part] = dict(child)
+            parents.append(node)
+            node = node[part]
+        else:
+            node.pop(parts[-1], None)
+    return out
+
+
+def field_names(obj: dict[str, Any], prefix: str = "", depth: int = 2) -> list[str]:
+    """The fields of `obj`, nested objects' fields as dotted paths (two levels), for error messages."""
+    names = []
+    for key, value in obj.items():
+        names.append(prefix + str(key))
+        if isinstance(value, dict) and depth > 1:
+            names += field_names(value, f"{prefix}{key}.", depth - 1)
+    return names
+
+
+def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_FIELDS) -> Record | Rejection:
     """Validate one raw record; every failure becomes a `Rejection` with a reason, never an exception."""
     if raw.kind == "row":
         obj: Any = raw.payload
         original = json.dumps(obj, ensure_ascii=False, default=str)
         fallback_id = derive_id(raw.source, raw.index, original.encode())
-        if raw.error:
-            return Rejection(fallback_id, raw.error, raw.source, raw.index, original)
+        if raw.error:  # the reader's reason; a record whose values did not decode keeps no id of its own
+            given = None if raw.error in _UNREADABLE else get_field(obj, fields.id)
+            given_id = str(given) if isinstance(given, (str, int)) and str(given) else fallback_id
+            return Rejection(given_id, raw.error, raw.source, raw.index, original)
     else:
         data: bytes = raw.payload
         fallback_id = raw.derived_id or derive_id(raw.source, raw.index, data)
@@ -403,8 +765,8 @@ def parse_raw(raw: RawRecord, max_record_bytes: int) -> Record | Rejection:
             return Rejection(fallback_id, "invalid:bad_utf8", raw.source, raw.index,
                              data.decode("utf-8", errors="backslashreplace"))
         original = decoded.rstrip("\n") if raw.kind == "json" else decoded
-        if raw.kind == "text":
-            obj = {"text": decoded}
+        if raw.kind == "text":  # the file is the text, whatever `fields.text` says
+            obj = {fields.text: decoded}
         else:
             try:
                 obj = json.loads(decoded)
@@ -414,7 +776,7 @@ def parse_raw(raw: RawRecord, max_record_bytes: int) -> Record | Rejection:
                 return Rejection(fallback_id, "invalid:bad_json", raw.source, raw.index, original)
             if not isinstance(obj, dict):
                 return Rejection(fallback_id, "invalid:not_object", raw.source, raw.index, original)
-    given_id = obj.get("id")
+    given_id = get_field(obj, fields.id)
     record_id = str(given_id) if isinstance(given_id, (str, int)) and str(given_id) else fallback_id
     if raw.kind == "json":
         # A lone surrogate escape ("\ud800") decodes, but no UTF-8 output can hold it.
@@ -423,8 +785,8 @@ def parse_raw(raw: RawRecord, max_record_bytes: int) -> Record | Rejection:
             return Rejection(record_id, "invalid:surrogate", raw.source, raw.index, original)
         if _too_deep(obj):
             return Rejection(record_id, "invalid:too_deep", raw.source, raw.index, original)
-    text = obj.get("text")
-    if "text" not in obj:
+    text = get_field(obj, fields.text)
+    if text is _MISSING:
         return Rejection(record_id, "invalid:missing_text", raw.source, raw.index, original)
     if not isinstance(text, str):
         return Rejection(record_id, "invalid:non_string_text", raw.source, raw.index, original)
@@ -434,5 +796,12 @@ def parse_raw(raw: RawRecord, max_record_bytes: int) -> Record | Rejection:
         return Rejection(record_id, "invalid:empty", raw.source, raw.index, original)
     if _is_binary(text):
         return Rejection(record_id, "invalid:binary", raw.source, raw.index, original)
-    meta = {k: v for k, v in obj.items() if k not in ("id", "text")}
-    return Record(record_id, text, raw.source, raw.index, meta)
+    if fields is DEFAULT_FIELDS or fields == DEFAULT_FIELDS:
+        meta = {k: v for k, v in obj.items() if k not in ("id", "text")}
+        return Record(record_id, text, raw.source, raw.index, meta)
+    kept = {}
+    for path in fields.keep:
+        value = get_field(obj, path)
+        kept[path] = None if value is _MISSING else value
+    meta = _without(obj, [fields.id, fields.text, *fields.keep])
+    return Record(record_id, text, raw.source, raw.index, meta, kept)

@@ -6,6 +6,7 @@ import os
 import random
 import time
 import tracemalloc
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ import zstandard
 from stages.common.text import readers
 from stages.common.text.readers import InputError, Record, Rejection, iter_raw, list_input_files, parse_raw
 from tests.conftest import write_jsonl
+from tests.fixtures.warc import EN_PAGE, write_warc, write_wet
 
 
 def parse_all(files, max_bytes=10_000):
@@ -28,7 +30,7 @@ def test_jsonl_gz_zst_parquet_and_text_files(tmp_path):
     pq.write_table(pa.table({"id": ["p1"], "text": ["delta"], "score": [0.5]}), tmp_path / "d.parquet")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "e.txt").write_text("epsilon\nsecond line\n")
-    (tmp_path / "ignored.csv").write_text("x")
+    (tmp_path / "ignored.xml").write_text("x")
     files = list_input_files(str(tmp_path))
     assert [f.rsplit("/", 1)[1] for f in files] == ["a.jsonl", "b.jsonl.gz", "c.jsonl.zst", "d.parquet", "e.txt"]
     records = parse_all(files)
@@ -288,13 +290,13 @@ def test_folder_search_does_not_follow_symlinked_folders(tmp_path):
 
 
 def test_folder_search_lists_what_glob_lists_without_symlinks(tmp_path, monkeypatch):
-    for name in ["a.jsonl", "x/b.jsonl.gz", "x/y/c.parquet", ".h/d.jsonl", "x/.e.jsonl", "x/y/f.txt", "g.csv"]:
+    for name in ["a.jsonl", "x/b.jsonl.gz", "x/y/c.parquet", ".h/d.jsonl", "x/.e.jsonl", "x/y/f.txt", "g.xml"]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"")
     for pattern in ["*", "*.jsonl*", "b*", "**/*.txt"]:
         assert list_input_files(str(tmp_path), pattern) == sorted({  # glob lists a file once per `**` match
             f for f in glob.glob(os.path.join(str(tmp_path), "**", pattern), recursive=True)
-            if os.path.isfile(f) and not f.endswith(".csv")})
+            if os.path.isfile(f) and not f.endswith(".xml")})
     monkeypatch.chdir(tmp_path)
     assert list_input_files("**/*.jsonl") == sorted(glob.glob("**/*.jsonl", recursive=True)) == ["a.jsonl"]
 
@@ -304,3 +306,142 @@ def test_a_file_name_that_is_not_utf8_is_an_error(tmp_path):
     (tmp_path / name).write_bytes(b'{"text": "a"}\n')
     with pytest.raises(ValueError, match=r"not valid UTF-8"):
         list_input_files(str(tmp_path))
+
+
+# --- WARC / WET ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["crawl.warc.gz", "crawl.warc"])
+def test_warc_responses_are_documents_and_the_rest_quarantined_or_skipped(tmp_path, name):
+    expected = write_warc(tmp_path / name, gzipped=name.endswith(".gz"))
+    skipped = Counter()
+    raws = list(iter_raw(list_input_files(str(tmp_path)), skipped=skipped))
+    records = [parse_raw(raw, 100_000) for raw in raws]
+    by_url = {raw.payload["url"]: r for raw, r in zip(raws, records)}
+    assert {url: getattr(r, "reason", "") for url, r in by_url.items()} == expected
+    assert skipped == {"warc_skipped.warcinfo": 1, "warc_skipped.request": 1, "warc_skipped.metadata": 1}
+    en = by_url["http://a.example/en"]
+    assert en.text == EN_PAGE and en.id.startswith("<urn:uuid:") and en.id == en.meta["warc_record_id"]
+    assert en.meta["url"] == "http://a.example/en" and en.meta["date"].endswith("Z") and en.meta["http_status"] == 200
+    assert "small café on the corner" in by_url["http://a.example/latin1"].text  # charset from <meta>
+    assert "世世代代在河里捕鱼" in by_url["http://a.example/zh"].text  # charset from the header (GB2312)
+    assert by_url["http://a.example/gz"].text == EN_PAGE.replace("river", "brook")  # chunked + gzip
+    quarantined = by_url["http://a.example/missing"]
+    assert json.loads(quarantined.original)["url"] == "http://a.example/missing" and quarantined.id.startswith("<urn:")
+
+
+def test_wet_conversion_records_are_plain_text(tmp_path):
+    write_wet(tmp_path / "CC-MAIN-1.warc.wet.gz", {"http://a.example/1": "First page text.",
+                                                     "http://a.example/2": "Zweite Seite."})
+    write_wet(tmp_path / "b.wet", {"http://a.example/3": "Third."})
+    files = list_input_files(str(tmp_path))
+    assert [os.path.basename(f) for f in files] == ["CC-MAIN-1.warc.wet.gz", "b.wet"]
+    skipped = Counter()
+    records = [parse_raw(raw, 1000) for raw in iter_raw(files, skipped=skipped)]
+    assert [(r.text, r.meta["url"]) for r in records] == [
+        ("First page text.", "http://a.example/1"), ("Zweite Seite.", "http://a.example/2"),
+        ("Third.", "http://a.example/3")]
+    assert skipped == {"warc_skipped.warcinfo": 2}
+
+
+@pytest.mark.parametrize("cut", [40, 300])
+def test_a_cut_warc_fails_naming_file_and_record(tmp_path, cut):
+    path = tmp_path / "crawl.warc.gz"
+    write_warc(path)
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(InputError, match=r"crawl\.warc\.gz: truncated WARC file: it ends inside record \d+ "
+                                         r"\(starting at byte \d+\)"):
+        list(iter_raw([str(path)]))
+
+
+def test_a_corrupt_warc_gz_fails_naming_file(tmp_path):
+    path = tmp_path / "crawl.warc.gz"
+    write_warc(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 8] = bytes(8)
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"crawl\.warc\.gz: corrupt WARC data after record \d+"):
+        list(iter_raw([str(path)]))
+
+
+def test_http_charset_falls_back_to_utf8_with_replacement():
+    assert readers._charset("text/html; charset=nonsense", b"<p>x</p>") == "utf-8"
+    assert readers._charset("text/html", b"<meta charset=\"Shift_JIS\">") == "shift_jis"
+    assert readers._charset("text/html; charset=ISO-8859-1", b"") == "cp1252"  # as browsers read latin-1
+
+
+# --- CSV / TSV, Arrow (datasets save_to_disk) ------------------------------------------------------------
+
+
+def test_csv_and_tsv_with_quoted_multiline_fields_and_malformed_rows(tmp_path):
+    (tmp_path / "a.csv").write_bytes(b'id,text,views\nr1,"first line\nsecond, quoted ""line""",3\n'
+                                     b'r2,too,many,fields\n\nr3,short\nr4,"caf\xff",1\nr5,last,9\n')
+    with gzip.open(tmp_path / "b.tsv.gz", "wb") as f:
+        f.write(b"text\tid\nhello tab\tt1\n")
+    files = list_input_files(str(tmp_path))
+    raws = list(iter_raw(files))
+    records = [parse_raw(raw, 1000) for raw in raws]
+    assert [(r.id, getattr(r, "reason", "")) for r in records] == [
+        ("r1", ""), (records[1].id, "invalid:csv_fields"), (records[2].id, "invalid:csv_fields"),
+        (records[3].id, "invalid:bad_utf8"), ("r5", ""), ("t1", "")]
+    assert records[0].text == 'first line\nsecond, quoted "line"' and records[0].meta == {"views": "3"}
+    assert json.loads(records[1].original) == {"header": ["id", "text", "views"], "values": ["r2", "too", "many",
+                                                                                            "fields"]}
+    assert [raw.index for raw in raws] == [1, 2, 3, 4, 5, 1]
+
+
+def test_a_cut_csv_gz_fails_naming_file(tmp_path):
+    data = gzip.compress(b"id,text\n" + b"".join(b"r%d,some text here\n" % i for i in range(2000)))
+    (tmp_path / "a.csv.gz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(InputError, match=r"a\.csv\.gz: corrupt or truncated data after row \d+"):
+        list(iter_raw([str(tmp_path / "a.csv.gz")]))
+
+
+def test_datasets_save_to_disk_folders_are_read_in_state_order(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = {"id": [f"d{i}" for i in range(6)], "content": [f"text {i}" for i in range(6)],
+            "meta": [{"lang": "en", "n": i} for i in range(6)]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "single"), num_shards=3)
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows), "test": datasets.Dataset.from_dict(
+        {k: v[:2] for k, v in rows.items()})}).save_to_disk(str(tmp_path / "dict"))
+    single = list_input_files(str(tmp_path / "single"))
+    assert [os.path.basename(f) for f in single] == [f"data-0000{i}-of-00003.arrow" for i in range(3)]
+    fields = readers.FieldMap(text="content", keep=("meta.n",))
+    records = [parse_raw(raw, 1000, fields) for raw in iter_raw(single)]
+    assert [(r.id, r.text, r.kept) for r in records] == [(f"d{i}", f"text {i}", {"meta.n": i}) for i in range(6)]
+    assert records[0].meta == {"meta": {"lang": "en"}}
+    split_files = list_input_files(str(tmp_path / "dict"))
+    assert [os.path.relpath(f, tmp_path / "dict") for f in split_files] == [
+        "test/data-00000-of-00001.arrow", "train/data-00000-of-00001.arrow"]  # no dataset_dict.json, state.json
+    assert len(list(iter_raw(split_files))) == 8
+
+
+def test_arrow_random_access_files_are_read_too(tmp_path):
+    table = pa.table({"text": ["a b c", "d e f"], "id": [1, 2]})
+    with pa.ipc.new_file(tmp_path / "t.arrow", table.schema) as w:
+        w.write_table(table)
+    assert [parse_raw(raw, 100).id for raw in iter_raw([str(tmp_path / "t.arrow")])] == ["1", "2"]
+
+
+def test_a_forced_format_overrides_the_extension(tmp_path):
+    (tmp_path / "a.txt").write_text("id\ttext\nx1\thello\n")
+    records = [parse_raw(raw, 100) for raw in iter_raw([str(tmp_path / "a.txt")], fmt="tsv")]
+    assert [(r.id, r.text) for r in records] == [("x1", "hello")]
+
+
+# --- field mapping -----------------------------------------------------------------------------------------
+
+
+def test_dotted_paths_find_text_id_and_kept_fields(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [
+        {"payload": {"content": "nested text", "lang": "en"}, "doc": {"key": 7}, "url": "u1", "meta.body": "flat"},
+        {"payload": {"lang": "de"}, "doc": {"key": 8}},
+    ])
+    fields = readers.FieldMap(text="payload.content", id="doc.key", keep=("url", "payload.lang", "absent.x"))
+    first, second = [parse_raw(raw, 1000, fields) for raw in iter_raw([str(tmp_path / "a.jsonl")])]
+    assert (first.id, first.text) == ("7", "nested text")
+    assert first.kept == {"url": "u1", "payload.lang": "en", "absent.x": None}
+    assert first.meta == {"payload": {}, "doc": {}, "meta.body": "flat"}  # the rest, less what was taken
+    assert second.reason == "invalid:missing_text" and second.id == "8"
+    flat = readers.FieldMap(text="meta.body")
+    assert parse_raw(next(iter_raw([str(tmp_path / "a.jsonl")])), 1000, flat).text == "flat"  # a name with a dot
