@@ -119,3 +119,36 @@ def test_a_missing_remote_input_is_one_config_error(tmp_path, s3_server):
     with pytest.raises(clean.ConfigError, match=rf"param 'clean.input': s3://{s3_server.bucket}/nothing/here does"):
         clean.run(params)
     assert not Path(params.out_dir).exists() and not json.dumps(dataclasses.asdict(params)).count(SECRET)
+
+
+def test_every_format_reads_the_same_from_a_bucket_as_from_disk(tmp_path, s3_server):
+    """A WARC crawl, a CSV file and a `datasets` save_to_disk folder under one prefix, listed with a
+    recursive glob: the same documents and quarantine as the same folder on disk, every record accounted for."""
+    import datasets
+
+    from tests.fixtures.warc import write_warc
+    from tests.stages.test_clean import DE
+
+    en = ("A lighthouse keeper on the northern island kept a diary for thirty years, and in it he wrote about "
+          "the storms, the ships that passed and the birds that came back every spring to nest on the rocks.")
+    en2 = ("The library in the old mill lends tools as well as books: a neighbour can borrow a ladder, a drill or "
+           "a sewing machine for a week, and the volunteers who run it repair whatever comes back broken.")
+    zh = "山脚下的村子里有一所小学，老师每天早上骑自行车走十几里山路来上课，孩子们在操场上等着他，风雨无阻已经二十年了。"
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_warc(raw / "crawl.warc.gz")
+    (raw / "reviews.csv").write_text(f'id,text\nc1,"{en2}"\nc2,"{DE}"\nc3,broken,row\n')
+    datasets.Dataset.from_dict({"id": ["a1", "a2"], "text": [en, zh]}).save_to_disk(str(raw / "hf"), num_shards=2)
+    url = s3_server.put_folder(raw, "formats/raw")
+    runs = []
+    for name, source in (("local", str(raw)), ("remote", f"{url}/**")):
+        params = make_params(tmp_path / name, source, num_workers=1, keep_fields=("url",))
+        metrics = clean.run(params)
+        docs, quarantine = outputs(params)
+        assert metrics["num_read"] == len(docs) + len(quarantine) == metrics["num_kept"] + metrics["num_quarantined"]
+        runs.append((without_source(docs), without_source(quarantine), metrics["num_read"]))
+    assert runs[0] == runs[1]
+    docs, quarantine, num_read = runs[1]
+    assert {"c1", "a1", "a2"} <= {d["id"] for d in docs} and any(d["url"] for d in docs)
+    assert {"invalid:csv_fields", "invalid:http_status_404", "lang:de"} <= {q["reason"] for q in quarantine}
