@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from s3fs.core import S3File
 
 from stages import clean
 from stages.common.runtime import storage
 from stages.common.text.readers import InputError
-from tests.fixtures.object_store import SECRET, http_root, s3_server  # noqa: F401 (fixtures)
+from tests.fixtures.object_store import SECRET, flaky_reads, http_root, s3_server  # noqa: F401 (fixtures)
 from tests.stages.test_clean import corpus, make_params, outputs
 
 
@@ -37,20 +36,6 @@ def without_source(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "source"} for row in rows]
 
 
-def fail_reads(monkeypatch, failures: int | None) -> list[int]:
-    """The first `failures` reads of S3 files (all: None) fail as a dropped connection does."""
-    real, tried = S3File.read, []
-
-    def read(self, length=-1):
-        tried.append(self.loc)
-        if failures is None or len(tried) <= failures:
-            raise ConnectionResetError(104, "Connection reset by peer")
-        return real(self, length)
-
-    monkeypatch.setattr(S3File, "read", read)
-    return tried
-
-
 def test_remote_input_gives_the_local_output(tmp_path, local_and_remote, caplog):
     raw, url, (local_docs, local_quarantine), local_metrics = local_and_remote
     caplog.set_level(logging.DEBUG)  # botocore's and s3fs's debug lines too: none may hold the secret
@@ -68,7 +53,7 @@ def test_remote_input_gives_the_local_output(tmp_path, local_and_remote, caplog)
 def test_reads_that_fail_twice_are_retried_without_changing_the_output(tmp_path, local_and_remote, monkeypatch,
                                                                        caplog):
     _, url, expected, _ = local_and_remote
-    tried = fail_reads(monkeypatch, failures=2)
+    tried = flaky_reads(monkeypatch, failures=2)
     params = make_params(tmp_path, url, num_workers=2, batch_size=4)  # a process pool forked after the reads
     clean.run(params)
     assert [without_source(rows) for rows in outputs(params)] == [without_source(rows) for rows in expected]
@@ -82,7 +67,7 @@ def test_reads_that_keep_failing_stop_the_run_and_publish_nothing(tmp_path, loca
     params = make_params(tmp_path, url, num_workers=1)
     clean.run(params)
     before = outputs(params)
-    fail_reads(monkeypatch, failures=None)
+    flaky_reads(monkeypatch, failures=None)
     with pytest.raises(InputError, match=rf"^{url}/part-0\.jsonl\.gz: reading at byte 0 failed after 4 tries"):
         clean.run(dataclasses.replace(params, languages=("de",)))
     assert outputs(params) == before

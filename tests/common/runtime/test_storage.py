@@ -9,13 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from s3fs.core import S3File
 
 from stages.common.runtime import storage
 from stages.common.runtime.check import input_exists, missing_input
 from stages.common.runtime.digest import fingerprint_of
 from stages.common.text.readers import InputError, iter_raw, list_input_files, parse_raw
-from tests.fixtures.object_store import SECRET, http_root, s3_server  # noqa: F401 (fixtures)
+from tests.fixtures.object_store import SECRET, flaky_reads, http_root, s3_server  # noqa: F401 (fixtures)
 
 RECORDS = [{"id": f"r{i}", "text": f"document number {i} " * 20} for i in range(50)]
 JSONL = b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS)
@@ -24,21 +23,6 @@ JSONL = b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS)
 @pytest.fixture(autouse=True)
 def no_retry_delay(monkeypatch):
     monkeypatch.setattr(storage, "RETRY_DELAY_S", 0.0)
-
-
-def flaky_reads(monkeypatch, failures: int | None) -> list[int]:
-    """Make the first `failures` reads of any S3 file (all of them: None) fail as a dropped connection does;
-    the others read the real server. Returns the position of each read tried."""
-    real, tried = S3File.read, []
-
-    def read(self, length=-1):
-        tried.append(self.loc)
-        if failures is None or len(tried) <= failures:
-            raise ConnectionResetError(104, "Connection reset by peer")
-        return real(self, length)
-
-    monkeypatch.setattr(S3File, "read", read)
-    return tried
 
 
 def texts(files: list[str]) -> list[tuple[str, str, int]]:
