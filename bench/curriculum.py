@@ -207,8 +207,8 @@ def run_arm(params: train.Params) -> dict[str, Any]:
 
 
 # ---- 2. tier stability --------------------------------------------------------------------------------
-def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
-              docs: dict[str, np.ndarray]) -> dict[str, Any]:
+def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path, docs: dict[str, np.ndarray],
+              on_variant=None) -> dict[str, Any]:
     base = copy.deepcopy(params_file["perplexity"])
     base.update({"input_dir": str(args.docs_dir), "tokenizer_dir": str(args.tokenizer_dir),
                  "out_dir": str(work / "out"), "model_dir": str(work / "model"), "work_dir": str(work / "scores"),
@@ -259,6 +259,8 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
                "reference_final_loss": ref_metrics["reference.final_loss"], "per_lang": agreement,
                "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(time.process_time() - c0, 1)}
         out["variants"].append(row)
+        if on_variant is not None:
+            on_variant(out)
         print(f"stability {v['name']}: " + "; ".join(
             f"{lang} spearman {a['spearman']:.3f} same tier {a['same_tier']:.1%}" for lang, a in agreement.items())
               + f" ({row['wall_s']:.0f}s)", flush=True)
@@ -315,12 +317,14 @@ def fmt_spread(s: dict[str, float] | None, digits: int = 3) -> str:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    c, setup, m = r["comparison"], r["setup"], r["machine"]
+    c, setup, m = r["comparison"] or {"arms": {}, "target_loss": math.nan, "alpha": ALPHA, "baseline": BASELINE}, \
+        r["setup"], r["machine"]
     lines = ["# Does the curriculum help? (bench/curriculum.py)", "",
              f"`{r['command']}`, {r['date']}. Machine: {m['cpus']} cores, Python {m['python']}, torch {m['torch']}, "
              f"CPU flags {' '.join(m['cpu_flags']) or 'none'}; load average {m['load_start']} at the start, "
              f"{m['load_end']} at the end (shared with other jobs: wall times are inflated); study wall "
-             f"{r['wall_s'] / 60:.1f} min, CPU {r['cpu_s'] / 60:.1f} min.", "",
+             f"{r['wall_s'] / 60:.1f} min, CPU {r['cpu_s'] / 60:.1f} min."
+             + ("" if r["complete"] else " **Partial results: the study was cut short.**"), "",
              "## Training arms", "",
              f"Model preset `{setup['preset']}` ({setup['num_params'] / 1e6:.2f}M parameters), "
              f"{setup['steps']} steps x "
@@ -356,8 +360,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
               f"two-sided p here is {perm['min_p']:.2f}"
               + (f", so it can never reach {c['alpha']})" if perm["min_p"] > c["alpha"] else ")")
               + f". Significance level {c['alpha']}.", ""]
-    for arm, row in c["arms"].items():
-        if arm == c["baseline"]:
+    for arm, row in c.get("arms", {}).items():
+        if arm == c["baseline"] or not row.get("welch"):
             continue
         verdict = "significant" if row["significant"] else "**not significant**"
         lines.append(f"- {arm} vs uniform: {row['diff_vs_baseline']:+.4f} nats final `all` loss, Welch p = "
@@ -392,8 +396,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
     if r.get("contents"):
         lines += ["", "## What is in each tier", "",
                   "Share of each labelled demo kind (data/raw/demo_labels.jsonl; `unlabelled`: documents the "
-                  "labels cannot be joined to: raw records without an id, for which clean derives one) per language and "
-                  "tier. The labels' `article` covers several demo generators (templated prose, real documentation "
+                  "labels cannot be joined to: raw records without an id, for which clean derives one) per language "
+                  "and tier. The labels' `article` covers several demo generators (templated prose, real documentation "
                   "text, word salad): the examples below show which lands where.", "",
                   "| lang | tier | docs | perplexity min / median / max | kinds |", "|---|---|---|---|---|"]
         for lang, tiers in r["contents"].items():
@@ -438,24 +442,45 @@ def main() -> None:
     base = params_file["train"]
     manifest = read_manifest(args.tokens_dir)
     docs = read_docs(args.docs_dir)
+    contents = tier_contents(docs, args.labels, args.examples, 200) if args.labels.exists() else None
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
+    stab: dict[str, Any] | None = None
+
+    def save(complete: bool) -> None:
+        """The results so far, written whole after every run: a study cut short keeps what it measured."""
+        write_results(args, base, manifest, runs, stab, contents, started, cpu_started, load_start, complete)
+
     with tempfile.TemporaryDirectory(prefix="curriculum-", dir=args.work_dir) as tmp:
         work = Path(tmp)
-        runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
-        first: train.Params | None = None
         for seed in args.seeds:  # seed-major: a cut-short run still has every arm at the first seeds
             for arm in args.arms:
                 params = arm_params(base, arm, seed, args.steps, args.tokens_dir, work / f"{arm}_{seed}", args.threads,
                                     args.eval_every, args.eval_windows)
-                first = first or params
                 result = run_arm(params)
                 runs[arm].append(result)
                 print(f"{arm:8s} seed {seed}: final val loss all {result['loss']['all'][-1]:.4f} "
                       + " ".join(f"{t} {result['loss'][t][-1]:.3f}" for t in TIERS)
                       + f", train loss {result['train_loss']:.3f}, {result['wall_s']:.0f}s wall "
                         f"{result['cpu_s']:.0f}s CPU", flush=True)
-        comparison = compare_arms(runs) if BASELINE in runs else {}
-        stab = stability(args, params_file, work / "stability", docs) if args.stability_docs else None
-    contents = tier_contents(docs, args.labels, args.examples, 200) if args.labels.exists() else None
+                save(False)
+        if args.stability_docs:
+            def on_variant(partial: dict[str, Any]) -> None:
+                nonlocal stab
+                stab = partial
+                save(False)
+
+            stab = stability(args, params_file, work / "stability", docs, on_variant)
+    save(True)
+    print(f"wrote {args.out.with_suffix('.json')} and .md ({(time.perf_counter() - started) / 60:.1f} min wall)")
+
+
+def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict[str, Any],
+                  runs: dict[str, list[dict[str, Any]]], stab: dict[str, Any] | None, contents: dict[str, Any] | None,
+                  started: float, cpu_started: float, load_start: tuple[float, ...], complete: bool) -> None:
+    first = arm_params(base, args.arms[0], args.seeds[0], args.steps, args.tokens_dir, Path("unused"), args.threads,
+                       args.eval_every, args.eval_windows)
+    done = {arm: r for arm, r in runs.items() if r}
+    comparison = compare_arms(done) if BASELINE in done else {}
     from stages.common.lm.model import Transformer, preset
 
     cfg = preset(first.preset, manifest["vocab_size"], **({"max_seq_len": first.seq_len} if first.seq_len else {}))
@@ -481,13 +506,14 @@ def main() -> None:
                   "val_tokens": {t: manifest["shards"][f"val/{t}"]["num_tokens"] for t in TIERS},
                   "uniform_ratios": [round(float(x), 4) for x in train_windows / train_windows.sum()],
                   "params_tier_mix": base["tier_mix"], "arms": {a: ARMS[a] for a in args.arms}},
-        "runs": runs, "comparison": comparison, "stability": stab, "contents": contents,
+        "complete": complete,
+        "runs": done, "comparison": comparison, "stability": stab, "contents": contents,
         "limits": [
             f"one small model ({first.preset}), {args.steps} steps ({tokens_per_arm:,} tokens, "
             f"{args.steps / base['max_steps']:.0%} of the demo's run), the demo corpus ({train_tokens:,} training "
             "tokens, partly templated)",
-            f"n={len(args.seeds)} seeds per arm: only large differences can show as significant; a 'not significant' "
-            "is no proof of no effect",
+            f"n={min(map(len, done.values()), default=0)} seeds per arm: only large differences can show as "
+            "significant; a 'not significant' is no proof of no effect",
             "the validation set is the demo's val split (a few hundred documents), the same for every arm",
             f"warmup scaled with the steps ({first.optim.warmup_steps} of {args.steps}); one process x "
             f"{args.threads or 'all'} threads instead of the demo's 2 DDP processes (the same global batch and data "
@@ -497,7 +523,6 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     args.out.with_suffix(".md").write_text("\n".join(markdown(result)))
-    print(f"wrote {args.out.with_suffix('.json')} and .md ({result['wall_s'] / 60:.1f} min wall)")
 
 
 if __name__ == "__main__":
