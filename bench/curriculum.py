@@ -28,7 +28,8 @@
 3. Tier contents: per language and tier, the share of each labelled demo document kind
    (data/raw/demo_labels.jsonl, joined on id) and example documents nearest the tier's median perplexity.
 
-Results: bench/results/curriculum.{json,md}, regenerated whole on every run.
+Results: bench/results/curriculum.{json,md}, regenerated whole on every run (and after every training, so a
+study cut short keeps what it measured); `--reanalyze` recomputes the statistics from the runs in the JSON.
 """
 from __future__ import annotations
 
@@ -147,6 +148,14 @@ def compare_arms(runs: dict[str, list[dict[str, Any]]], baseline: str = BASELINE
             row["welch"] = welch(final, base_final) if len(final) > 1 and len(base_final) > 1 else None
             row["permutation"] = permutation_p(final, base_final)
             row["significant"] = bool(row["welch"] and row["welch"]["p"] < alpha)
+            # the same test on each tier's val loss: a mix can move loss between tiers at the same overall loss
+            row["per_set"] = {}
+            for s in arm_runs[0]["loss"]:
+                a, b = [r["loss"][s][-1] for r in arm_runs], [r["loss"][s][-1] for r in runs[baseline]]
+                welch_s = welch(a, b) if len(a) > 1 and len(b) > 1 else None
+                row["per_set"][s] = {"diff": statistics.fmean(a) - statistics.fmean(b),
+                                     "p": welch_s["p"] if welch_s else None,
+                                     "significant": bool(welch_s and welch_s["p"] < alpha)}
         out["arms"][arm] = row
     return out
 
@@ -364,8 +373,11 @@ def markdown(r: dict[str, Any]) -> list[str]:
         if arm == c["baseline"] or not row.get("welch"):
             continue
         verdict = "significant" if row["significant"] else "**not significant**"
+        tiers = "; ".join(f"{t} {row['per_set'][t]['diff']:+.3f} (p {row['per_set'][t]['p']:.3f}"
+                          + (", significant)" if row["per_set"][t]["significant"] else ", not significant)")
+                          for t in TIERS if row.get("per_set", {}).get(t, {}).get("p") is not None)
         lines.append(f"- {arm} vs uniform: {row['diff_vs_baseline']:+.4f} nats final `all` loss, Welch p = "
-                     f"{row['welch']['p']:.3f}: {verdict} at {c['alpha']}.")
+                     f"{row['welch']['p']:.3f}: {verdict} at {c['alpha']}. Per tier: {tiers}.")
     lines += ["", "Per run (final val loss `all`, train loss of the last 10 steps, wall / CPU seconds):", "",
               "| arm | seed | val `all` | val easy | val medium | val hard | train loss | wall s | CPU s |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -435,7 +447,16 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=3, help="example documents per language and tier")
     parser.add_argument("--out", type=Path, default=RESULTS / "curriculum")
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--reanalyze", action="store_true",
+                        help="recompute the statistics and the .md from the runs already in <out>.json (no training)")
     args = parser.parse_args()
+    if args.reanalyze:
+        result = json.loads(args.out.with_suffix(".json").read_text())
+        result["comparison"] = compare_arms(result["runs"]) if BASELINE in result["runs"] else {}
+        result["reanalyzed"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        args.out.with_suffix(".md").write_text("\n".join(markdown(result)))
+        return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     started, cpu_started, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
     params_file = read_params(args.params)

@@ -53,6 +53,9 @@ def test_compare_arms_against_the_uniform_baseline():
     better, same = result["arms"]["better"], result["arms"]["same"]
     assert better["diff_vs_baseline"] == pytest.approx(-0.5) and better["significant"]
     assert not same["significant"] and same["welch"]["p"] > 0.5
+    # the same test per validation set
+    assert better["per_set"]["hard"]["diff"] == pytest.approx(-0.5) and better["per_set"]["hard"]["significant"]
+    assert set(better["per_set"]) == {"all", "easy", "medium", "hard"} and not same["per_set"]["easy"]["significant"]
     # the better arm reaches 5.0 before its last eval point (interpolated), the uniform arm at about its end
     assert all(50 < s < 100 for s in better["steps_to_target"]) and better["reached"] == "3/3"
     assert result["arms"]["uniform"]["final_loss"]["all"]["mean"] == pytest.approx(5.0)
