@@ -45,13 +45,13 @@ class Params:
     lock_path: str  # dvc.lock: the digests of the inputs; read, not a DVC dep (DVC rewrites it after each stage)
     out_path: str
     funnel_path: str  # the funnel as CSV (step, lang, docs): `dvc plots show` draws it
+    # bench/curriculum.py's results, shown under Training when the file exists ("" = never); read, not a DVC dep
+    curriculum_path: str
     title: str = param("Refinery run report", nonempty=True)
     example_reasons: int = param(2, min=0)  # drop reasons with examples: the most frequent of each family and stage
     examples_per_reason: int = param(3, min=0)
     examples_per_tier: int = param(2, min=0)  # per language and tier: the documents nearest the tier's median
     example_chars: int = param(300, min=20)  # characters shown per example
-    # bench/curriculum.py's results, shown under Training when the file exists ("" = never); read, not a DVC dep
-    curriculum_path: str = ""
 
     def __post_init__(self) -> None:
         validate(self, STAGE)

@@ -34,7 +34,7 @@ def make_params(root: Path, **overrides) -> report.Params:
         train_steps_path="metrics/train_steps.csv", train_val_path="metrics/train_val.csv",
         export_table_path="metrics/export.csv", samples_path="models/export/samples.json",
         params_path="params.yaml", lock_path="dvc.lock", out_path="reports/index.html",
-        funnel_path="metrics/funnel.csv", **overrides)
+        funnel_path="metrics/funnel.csv", **{"curriculum_path": "", **overrides})
 
 
 @pytest.fixture
