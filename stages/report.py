@@ -5,7 +5,8 @@
 Sections: the document funnel per language (read -> kept by clean -> kept by semantic_filter -> per tier, and
 the tokens that reached training); why documents were dropped, by stage, family and reason, with examples;
 the semantic filter's thresholds and validation scores; perplexity histograms with the cutoffs and typical
-documents per tier; training curves; every model of the compression chain with its generation samples;
+documents per tier; training curves (and the curriculum study's summary, when bench/curriculum.py's results
+are there); every model of the compression chain with its generation samples;
 lineage (git revision, params digest, the dvc.lock digests of the inputs, library versions, machine, stage
 wall times). It reads the stages' outputs only (Parquet columns it needs, metrics, CSVs) and imports no
 torch: on the demo run it takes about a second of CPU (bench/report.py).
@@ -44,6 +45,8 @@ class Params:
     lock_path: str  # dvc.lock: the digests of the inputs; read, not a DVC dep (DVC rewrites it after each stage)
     out_path: str
     funnel_path: str  # the funnel as CSV (step, lang, docs): `dvc plots show` draws it
+    # bench/curriculum.py's results, shown under Training when the file exists ("" = never); read, not a DVC dep
+    curriculum_path: str
     title: str = param("Refinery run report", nonempty=True)
     example_reasons: int = param(2, min=0)  # drop reasons with examples: the most frequent of each family and stage
     examples_per_reason: int = param(3, min=0)
@@ -115,6 +118,7 @@ def gather(params: Params) -> dict[str, Any]:
         "tier_examples": tier_examples(params),
         "training": data.training(data.read_csv(params.train_steps_path), data.read_csv(params.train_val_path),
                                   metrics["train"]),
+        "curriculum": data.curriculum(params.curriculum_path),
         "compression": data.compression(data.read_csv(params.export_table_path), metrics["export"],
                                         metrics["prune"], data.read_json(params.samples_path)),
         "timings": data.stage_seconds(metrics, origin["stages"]),

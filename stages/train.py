@@ -218,7 +218,7 @@ def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precis
         metrics["mfu"] = statistics.median(r["mfu"] for r in rows[len(rows) // 10:])
     if trainer.val_history:
         first, final = trainer.val_history[0], trainer.val_history[-1]
-        for tier in TIERS:
+        for tier in (*TIERS, "all"):
             metrics[f"val.{tier}.perplexity_start"] = first[f"perplexity_{tier}"]
             metrics[f"val.{tier}.perplexity"] = final[f"perplexity_{tier}"]
     return metrics
@@ -226,7 +226,7 @@ def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precis
 
 def write_outputs(trainer: Trainer, params: Params, metrics: dict[str, Any]) -> None:
     write_csv(params.steps_path, STEP_COLUMNS, [[r.get(c) for c in STEP_COLUMNS] for r in trainer.history])
-    val_columns = ["step"] + [f"{kind}_{tier}" for kind in ("perplexity", "loss") for tier in TIERS]
+    val_columns = ["step"] + [f"{kind}_{tier}" for kind in ("perplexity", "loss") for tier in (*TIERS, "all")]
     write_csv(params.val_path, val_columns, [[r[c] for c in val_columns] for r in trainer.val_history])
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     log.info("train: %d steps, final loss %.4f, %.0f tokens/s, validation perplexity %s", metrics["steps"],

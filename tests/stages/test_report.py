@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def make_params(root: Path, **overrides) -> report.Params:
         train_steps_path="metrics/train_steps.csv", train_val_path="metrics/train_val.csv",
         export_table_path="metrics/export.csv", samples_path="models/export/samples.json",
         params_path="params.yaml", lock_path="dvc.lock", out_path="reports/index.html",
-        funnel_path="metrics/funnel.csv", **overrides)
+        funnel_path="metrics/funnel.csv", **{"curriculum_path": "", **overrides})
 
 
 @pytest.fixture
@@ -74,6 +75,26 @@ def test_the_page_holds_every_section_with_counts_that_add_up(page):
     assert "0.350" in page and "0.500" in page  # the semantic filter's thresholds per language
     assert page.count('<polyline') >= 6 and page.count("<svg") >= 11  # curves, histograms, funnel
     assert cells(page, "qat_int8")[0] == "int8" and "The river walks" in page and "我们的河流" in page
+
+
+def test_the_curriculum_study_shows_under_training_only_when_its_results_are_there(page, tmp_path):
+    assert "Does the curriculum help?" not in page  # no curriculum_path: no section
+    arm = {"final_loss": {"all": {"mean": 5.1, "std": 0.02, "min": 5.08, "max": 5.12}}, "reached": "3/3"}
+    study = {"date": "2026-01-01 00:00 UTC", "setup": {"preset": "cpu_small", "steps": 150, "tokens_per_arm": 614400,
+                                                       "seeds": [0, 1, 2]},
+             "comparison": {"alpha": 0.05, "target_loss": 5.1, "arms": {
+                 "uniform": arm, "moving": {**arm, "diff_vs_baseline": 0.03, "welch": {"p": 0.21}, "significant": False,
+                                            "reached": "0/3"}}},
+             "stability": {"variants": [{"name": "seed 1", "per_lang": {"en": {"spearman": 0.97, "same_tier": 0.88}}}]}}
+    (tmp_path / "curriculum.json").write_text(json.dumps(study))
+    for path, shown in (("curriculum.json", True), ("absent.json", False)):
+        report.run(make_params(tmp_path, curriculum_path=path))
+        text = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+        assert ("Does the curriculum help?" in text) == shown
+    report.run(make_params(tmp_path, curriculum_path="curriculum.json"))
+    text = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+    assert cells(text, "moving") == ["5.1000 ± 0.0200", "5.0800–5.1200", "+0.0300", "0.210", "no", "0/3"]
+    assert cells(text, "seed 1") == ["en", "0.970", "88.0%"]
 
 
 def test_text_is_escaped_and_the_file_names_no_address(page):

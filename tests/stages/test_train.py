@@ -97,6 +97,14 @@ def test_run_writes_model_metrics_and_curves_and_lowers_validation_perplexity(tm
     assert [int(line.split(",")[0]) for line in steps[1:]] == list(range(30))
     val = (tmp_path / "metrics" / "val.csv").read_text().splitlines()
     assert [int(line.split(",")[0]) for line in val[1:]] == [0, 10, 20, 30]
+    # the whole validation split: the tiers' losses weighted by their tokens
+    header, last = val[0].split(","), dict(zip(val[0].split(","), map(float, val[-1].split(","))))
+    assert "loss_all" in header and "perplexity_all" in header
+    shards = json.loads((tmp_path / "tokens" / "manifest.json").read_text())["shards"]
+    tokens = {t: shards[f"val/{t}"]["num_tokens"] for t in TIERS}
+    weighted = sum(last[f"loss_{t}"] * n for t, n in tokens.items()) / sum(tokens.values())
+    assert last["loss_all"] == pytest.approx(weighted)
+    assert metrics["val.all.perplexity"] == pytest.approx(math.exp(last["loss_all"]))
     assert [p.name for p in checkpoint.list_checkpoints(tmp_path / "ckpt")] == ["step_00000020", "step_00000030"]
 
 
@@ -147,6 +155,13 @@ def test_checkpoints_of_another_configuration_are_cleared_not_resumed(tmp_path):
 
 
 def test_params_reject_bad_values():
+    tier_mix = {**PATHS, "tier_mix": {"schedule": "random"}}
+    with pytest.raises(ValueError, match=r"^param 'train\.tier_mix\.schedule': must be one of constant, linear, "
+                                         r"cosine, uniform, got 'random'$"):
+        from_dict(train.Params, tier_mix, prefix="train.")
+    with pytest.raises(ValueError, match=r"^param 'train\.tier_mix\.start\.hard': must be >= 0"):
+        from_dict(train.Params, {**PATHS, "tier_mix": {"start": {"easy": 1, "medium": 1, "hard": -1}}},
+                  prefix="train.")
     with pytest.raises(ValueError, match="train.precision"):
         train.Params(**PATHS, precision="fp8")
     with pytest.raises(ValueError, match="data_parallel_mode: fsdp"):

@@ -11,7 +11,8 @@ num_docs, vocab_size, eos_id. `TokenShard` maps the tokens with `np.memmap` (not
 window is taken) and serves fixed-length windows `(B, T + 1)`: inputs are `[:, :-1]`, targets `[:, 1:]`.
 
 `TierSampler` draws training batches across the easy/medium/hard shards with ratios that move from
-`TierMix.start` to `TierMix.end` over training. The global batch of a step is a pure function of
+`TierMix.start` to `TierMix.end` over training, or (schedule `uniform`) in proportion to each tier's
+windows: uniformly over all training tokens, as if there were no tiers. The global batch of a step is a pure function of
 (seed, step): resuming at step k needs only k, and a data-parallel rank reads only its own rows of it,
 so the data seen per step is the same whatever the number of ranks. `WindowSampler` draws uniformly
 from one shard, a pure function of (seed, step) too: the perplexity stage's reference LM trains on it.
@@ -191,7 +192,7 @@ class TierRatios:
         return np.array([self.easy, self.medium, self.hard], dtype=np.float64)
 
 
-SCHEDULES = ("constant", "linear", "cosine")
+SCHEDULES = ("constant", "linear", "cosine", "uniform")
 
 
 @dataclass(frozen=True)
@@ -199,15 +200,22 @@ class TierMix:
     """Sampling ratios of the tiers, moving from `start` to `end` over training (normalised to sum 1)."""
     start: TierRatios = field(default_factory=lambda: TierRatios(0.5, 0.3, 0.2))
     end: TierRatios = field(default_factory=lambda: TierRatios(0.2, 0.4, 0.4))
-    # constant (start throughout) | linear | cosine (slow start and end)
+    # constant (start throughout) | linear | cosine (slow start and end) | uniform (each tier's share of the
+    # training windows, start and end unused: no curriculum)
     schedule: str = param("linear", choices=SCHEDULES)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"tier mix schedule must be one of {SCHEDULES}, got {self.schedule!r}")
 
-    def ratios(self, progress: float) -> np.ndarray:
-        """Normalised (easy, medium, hard) ratios at `progress` in [0, 1] of training."""
+    def ratios(self, progress: float, sizes: np.ndarray | None = None) -> np.ndarray:
+        """Normalised (easy, medium, hard) ratios at `progress` in [0, 1] of training. The `uniform`
+        schedule needs `sizes`, the tiers' window counts, and returns their shares."""
+        if self.schedule == "uniform":
+            if sizes is None:
+                raise ValueError("the uniform tier mix draws in proportion to the tiers' sizes: pass sizes")
+            sizes = np.asarray(sizes, dtype=np.float64)
+            return sizes / sizes.sum()
         progress = min(1.0, max(0.0, progress))
         if self.schedule == "constant":
             weight = 0.0
@@ -270,7 +278,7 @@ class TierSampler:
             raise ValueError(f"no tier holds more than seq_len={seq_len} tokens")
 
     def ratios(self, step: int) -> np.ndarray:
-        ratios = self.mix.ratios(step / max(1, self.total_steps - 1)) * self.available
+        ratios = self.mix.ratios(step / max(1, self.total_steps - 1), self.num_windows) * self.available
         if ratios.sum() == 0:  # the schedule only wants tiers that are empty here: sample what exists
             ratios = self.available.astype(np.float64)
         return ratios / ratios.sum()

@@ -203,6 +203,27 @@ def training(steps: Sequence[dict[str, str]], val: Sequence[dict[str, str]], met
 
 # ---- compression: every model of the chain ----
 
+def curriculum(path: str | Path) -> dict[str, Any] | None:
+    """The curriculum study's summary (bench/curriculum.py's JSON: arms against uniform sampling, tier
+    stability), or None when `path` is empty or the file is absent: the study is optional."""
+    if not path or not Path(path).is_file():
+        return None
+    study = read_json(path)
+    comparison, setup = study.get("comparison") or {}, study.get("setup") or {}
+    arms = []
+    for name, row in (comparison.get("arms") or {}).items():
+        final = row["final_loss"]["all"]
+        arms.append({"arm": name, "mean": final["mean"], "std": final["std"], "min": final["min"], "max": final["max"],
+                     "diff": row.get("diff_vs_baseline"), "p": (row.get("welch") or {}).get("p"),
+                     "significant": row.get("significant"), "reached": row.get("reached")})
+    stability = [{"variant": v["name"], "lang": lang, "spearman": a["spearman"], "same_tier": a["same_tier"]}
+                 for v in (study.get("stability") or {}).get("variants", []) for lang, a in v["per_lang"].items()]
+    return {"date": study.get("date"), "preset": setup.get("preset"), "steps": setup.get("steps"),
+            "tokens_per_arm": setup.get("tokens_per_arm"), "seeds": setup.get("seeds", []),
+            "alpha": comparison.get("alpha"), "target_loss": comparison.get("target_loss"), "arms": arms,
+            "stability": stability}
+
+
 def compression(table: Sequence[dict[str, str]], export_metrics: dict[str, Any], prune_metrics: dict[str, Any],
                 samples: dict[str, Any]) -> dict[str, Any]:
     """The export stage's table (one row per model: parameters, file size, latency, throughput, validation

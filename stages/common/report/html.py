@@ -242,7 +242,29 @@ def training_section(fig: dict[str, Any]) -> str:
                    "share of each tier in the batch", "step", "share"),
         line_chart([Series("tokens/s", xs, c["tokens_per_s"])], "throughput", "step", "tokens/s"),
     ]
-    return f"<p>{esc(summary)}</p><div class=charts>{''.join(charts)}</div>"
+    return f"<p>{esc(summary)}</p><div class=charts>{''.join(charts)}</div>{curriculum_part(fig.get('curriculum'))}"
+
+
+def curriculum_part(study: dict[str, Any] | None) -> str:
+    """The curriculum study's summary (bench/curriculum.py), when its results file is there."""
+    if not study:
+        return ""
+    rows = [[a["arm"], f"{num(a['mean'], 4)} ± {num(a['std'], 4)}", f"{num(a['min'], 4)}–{num(a['max'], 4)}",
+             "–" if a["diff"] is None else f"{a['diff']:+.4f}", num(a["p"], 3),
+             "–" if a["significant"] is None else ("yes" if a["significant"] else "no"), a["reached"] or "–"]
+            for a in study["arms"]]
+    arms = table(["arm", "final validation loss (mean ± std)", "min–max", "vs uniform", "Welch p",
+                  f"significant at {study['alpha']}", f"seeds reaching {num(study['target_loss'], 4)}"], rows,
+                 [False, True, True, True, True, False, True])
+    stability = table(["reference LM", "language", "Spearman", "same tier"],
+                      [[s["variant"], s["lang"], num(s["spearman"], 3), pct(s["same_tier"], 1)]
+                       for s in study["stability"]], [False, False, True, True]) if study["stability"] else ""
+    return (f"<h3>Does the curriculum help?</h3><p class=note>bench/curriculum.py ({esc(study['date'])}): the "
+            f"{esc(study['preset'])} model trained {num(study['steps'])} steps ({num(study['tokens_per_arm'])} tokens) "
+            f"per run under each tier mix, seeds {esc(', '.join(map(str, study['seeds'])))}; loss on the whole "
+            f"validation split; Welch's t-test against uniform sampling.</p>{arms}"
+            + (f"<p class=note>Tier stability: the same documents scored by another reference LM.</p>{stability}"
+               if stability else ""))
 
 
 def compression_section(fig: dict[str, Any]) -> str:

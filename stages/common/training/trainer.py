@@ -313,7 +313,8 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, val_shards: Mapping[str, TokenShard]) -> dict[str, float]:
         """Mean token loss per tier on the first `eval_windows` non-overlapping windows of each validation
-        shard. Every rank runs the same batches (FSDP, TP and PP need all ranks in every forward)."""
+        shard, and `all`: their mean weighted by each shard's tokens. Every rank runs the same batches (FSDP,
+        TP and PP need all ranks in every forward)."""
         cfg, parts = self.cfg, self.parts
         rows = cfg.micro_batch_size * cfg.gradient_accumulation_steps
         out: dict[str, float] = {}
@@ -338,6 +339,11 @@ class Trainer:
                 dist.all_reduce(total)  # tensor-parallel and data-parallel copies of the reporter: same numbers
                 total /= self._num_reporters()
             out[tier] = (total[0] / total[1]).item() if total[1] > 0 else math.nan
+        # The whole validation split: the tiers' losses weighted by their tokens (a stratified estimate of the
+        # mean token loss over all of it, whatever the tier shares: the figure to compare tier mixes on).
+        weights = {t: val_shards[t].num_tokens for t in TIERS if math.isfinite(out[t])}
+        out["all"] = (sum(out[t] * w for t, w in weights.items()) / sum(weights.values())
+                      if sum(weights.values()) else math.nan)
         row = {"step": self.step, **{f"loss_{t}": v for t, v in out.items()},
                **{f"perplexity_{t}": math.exp(v) if math.isfinite(v) else math.nan for t, v in out.items()}}
         self.val_history.append(row)

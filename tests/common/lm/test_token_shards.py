@@ -121,6 +121,30 @@ def test_sampler_ratios_over_many_draws_match_the_schedule(tiers):
     np.testing.assert_allclose(sampler.batch(50).ratios, mix.ratios(0.5))
 
 
+def test_uniform_schedule_draws_each_tier_by_its_share_of_the_windows(tmp_path):
+    rng = np.random.default_rng(0)
+    for t, (tier, num_docs) in enumerate(zip(TIERS, (30, 10, 5))):  # unequal tiers: 6:2:1 tokens
+        write_shard(tmp_path / "train" / tier, [rng.integers(100 * (t + 1), 100 * (t + 2), size=299)
+                                                for _ in range(num_docs)])
+    shards = open_tiers(tmp_path, "train")
+    mix = TierMix(TierRatios(0, 0, 1), TierRatios(0, 0, 1), "uniform")  # start and end are unused
+    windows = np.array([shards[t].num_windows(16) for t in TIERS], dtype=np.float64)
+    expected = windows / windows.sum()
+    counts = np.zeros(3)
+    for seed in range(40):
+        sampler = TierSampler(shards, mix, seq_len=16, batch_size=64, total_steps=10, seed=seed)
+        for step in (0, 9):  # the same at every step
+            batch = sampler.batch(step)
+            np.testing.assert_allclose(batch.ratios, expected)
+            counts += np.bincount(batch.tiers, minlength=3)
+    np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.03)
+    assert expected[0] > 0.6 and expected[2] < 0.15  # not the even 1/3 each
+    with pytest.raises(ValueError, match="sizes"):
+        mix.ratios(0.5)
+    with pytest.raises(ValueError, match="uniform"):  # the allowed schedules are named
+        TierMix(schedule="random")
+
+
 def test_sampler_is_a_function_of_seed_and_step(tiers):
     def make(seed=0):
         return TierSampler(tiers, TierMix(), seq_len=16, batch_size=8, total_steps=10, seed=seed)

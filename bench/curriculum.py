@@ -1,0 +1,550 @@
+"""Does the perplexity curriculum help? The train stage under four tier mixes, tier stability, tier contents.
+
+    python -m bench.curriculum                    # after `dvc repro` (reads data/perplexity, models/tokenizer,
+                                                  # data/raw/demo_labels.jsonl; writes nothing there)
+    python -m bench.curriculum --steps 60 --seeds 0 --stability-docs 200   # a quick look
+
+1. Arms: the train stage's own `stages.train.run`, in this process (one process, the path a lone worker
+   takes: no torchrun, no process group), with params.yaml's `train` section and these overrides: the arm's
+   `tier_mix`, `seed` (model init and data order), `max_steps` (fewer than the demo's, warmup scaled with
+   them), one process with the demo's global batch as `micro_batch_size`, checkpoints only at the end, every
+   output in a temporary folder. The same token budget (steps x global batch x seq_len) for every arm.
+   Arms (fixed here, not read from params.yaml, so a rerun after the default changes measures the same):
+     uniform   schedule `uniform`: batches drawn in proportion to each tier's windows (no curriculum)
+     static    constant at the curriculum's start mix {easy .5, medium .3, hard .2}
+     moving    linear .5/.3/.2 -> .2/.4/.4 (the curriculum params.yaml shipped with)
+     reverse   linear .2/.4/.4 -> .5/.3/.2 (hard first)
+   Every arm is validated on the same held-out windows (the perplexity stage's val split): each tier, and
+   `all`, the tiers' losses weighted by their val tokens (the trainer's own eval). Per arm: mean, std
+   (n-1), min-max over seeds of the final `all` loss and per tier; steps to reach the uniform arm's mean
+   final `all` loss (linear interpolation between eval points); Welch's t-test (two-sided) and the exact
+   permutation test of each arm against uniform on the final `all` loss.
+2. Tier stability: reference LMs trained with the perplexity stage's own functions (`train_reference`,
+   `score_documents`, `compute_cutoffs`) from params.yaml's `perplexity` section with another seed (and
+   another reference subset size), scoring a seeded sample of documents per language; compared with the
+   published scores (data/perplexity/docs, the stage's seed): Spearman correlation of per-document
+   perplexities and the share of documents that keep their tier, each scoring with its own percentile
+   cutoffs on the sample.
+3. Tier contents: per language and tier, the share of each labelled demo document kind
+   (data/raw/demo_labels.jsonl, joined on id) and example documents nearest the tier's median perplexity.
+
+Results: bench/results/curriculum.{json,md}, regenerated whole on every run (and after every training, so a
+study cut short keeps what it measured); `--reanalyze` recomputes the statistics from the runs in the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import itertools
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from stages import perplexity, train
+from stages.common.lm import bpe
+from stages.common.lm.scoring import assign_tiers, compute_cutoffs, score_documents
+from stages.common.lm.token_shards import TIERS, hash_unit, is_validation, read_manifest
+from stages.common.runtime.device import resolve_device, resolve_precision
+from stages.common.runtime.params import from_dict, read_params
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+CURRICULUM_START = {"easy": 0.5, "medium": 0.3, "hard": 0.2}
+CURRICULUM_END = {"easy": 0.2, "medium": 0.4, "hard": 0.4}
+ARMS: dict[str, dict[str, Any]] = {
+    "uniform": {"start": CURRICULUM_START, "end": CURRICULUM_START, "schedule": "uniform"},
+    "static": {"start": CURRICULUM_START, "end": CURRICULUM_START, "schedule": "constant"},
+    "moving": {"start": CURRICULUM_START, "end": CURRICULUM_END, "schedule": "linear"},
+    "reverse": {"start": CURRICULUM_END, "end": CURRICULUM_START, "schedule": "linear"},
+}
+BASELINE = "uniform"
+ALPHA = 0.05
+log = logging.getLogger("refinery.bench.curriculum")
+
+
+# ---- analysis (pure functions: tests/bench/test_curriculum.py) ----------------------------------------
+def spread(values: list[float]) -> dict[str, float]:
+    """Mean, sample standard deviation (n - 1; 0 for one value), min and max."""
+    values = [float(v) for v in values]
+    return {"n": len(values), "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values)}
+
+
+def steps_to_reach(steps: list[float], losses: list[float], target: float) -> float | None:
+    """The first step at which the curve reaches `target` (loss <= target), interpolating linearly between
+    eval points; None if it never does."""
+    for i, (step, loss) in enumerate(zip(steps, losses)):
+        if loss <= target:
+            if i == 0:
+                return float(step)
+            s0, l0 = steps[i - 1], losses[i - 1]
+            return float(s0 + (l0 - target) / (l0 - loss) * (step - s0))
+    return None
+
+
+def welch(a: list[float], b: list[float]) -> dict[str, float]:
+    """Welch's unequal-variance t-test, two-sided (scipy): t (a - b), degrees of freedom, p."""
+    from scipy import stats
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return {"t": math.nan, "df": math.nan, "p": 1.0 if statistics.fmean(a) == statistics.fmean(b) else 0.0}
+    result = stats.ttest_ind(a, b, equal_var=False)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return {"t": float(result.statistic), "df": df, "p": float(result.pvalue)}
+
+
+def permutation_p(a: list[float], b: list[float]) -> dict[str, float]:
+    """Exact two-sided permutation test on |mean(a) - mean(b)| over every split of the pooled values into
+    groups of len(a) and len(b); also the smallest p any data could give (2 / C(n, k) for 3 + 3 seeds: 0.1)."""
+    pooled, k = list(a) + list(b), len(a)
+    observed = abs(statistics.fmean(a) - statistics.fmean(b))
+    splits = list(itertools.combinations(range(len(pooled)), k))
+    hits = 0
+    for chosen in splits:
+        x = [pooled[i] for i in chosen]
+        y = [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        hits += abs(statistics.fmean(x) - statistics.fmean(y)) >= observed - 1e-12
+    return {"p": hits / len(splits), "splits": len(splits), "min_p": 2 / len(splits)}
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    from scipy import stats
+
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def compare_arms(runs: dict[str, list[dict[str, Any]]], baseline: str = BASELINE, metric: str = "all",
+                 alpha: float = ALPHA) -> dict[str, Any]:
+    """Per arm: spread of the final loss of each val set, steps to reach the baseline's mean final `metric`
+    loss per seed, and the tests against the baseline on the final `metric` loss. A run is
+    {"seed", "steps": [...], "loss": {set: [...]}} with one loss per eval step."""
+    target = statistics.fmean(r["loss"][metric][-1] for r in runs[baseline])
+    out: dict[str, Any] = {"baseline": baseline, "metric": metric, "target_loss": target, "alpha": alpha, "arms": {}}
+    base_final = [r["loss"][metric][-1] for r in runs[baseline]]
+    for arm, arm_runs in runs.items():
+        finals = {s: spread([r["loss"][s][-1] for r in arm_runs]) for s in arm_runs[0]["loss"]}
+        reach = [steps_to_reach(r["steps"], r["loss"][metric], target) for r in arm_runs]
+        reached = [s for s in reach if s is not None]
+        row: dict[str, Any] = {"final_loss": finals, "steps_to_target": reach,
+                               "steps_to_target_summary": spread(reached) if reached else None,
+                               "reached": f"{len(reached)}/{len(reach)}"}
+        if arm != baseline:
+            final = [r["loss"][metric][-1] for r in arm_runs]
+            row["diff_vs_baseline"] = statistics.fmean(final) - statistics.fmean(base_final)
+            row["welch"] = welch(final, base_final) if len(final) > 1 and len(base_final) > 1 else None
+            row["permutation"] = permutation_p(final, base_final)
+            row["significant"] = bool(row["welch"] and row["welch"]["p"] < alpha)
+            # the same test on each tier's val loss: a mix can move loss between tiers at the same overall loss
+            row["per_set"] = {}
+            for s in arm_runs[0]["loss"]:
+                a, b = [r["loss"][s][-1] for r in arm_runs], [r["loss"][s][-1] for r in runs[baseline]]
+                welch_s = welch(a, b) if len(a) > 1 and len(b) > 1 else None
+                row["per_set"][s] = {"diff": statistics.fmean(a) - statistics.fmean(b),
+                                     "p": welch_s["p"] if welch_s else None,
+                                     "significant": bool(welch_s and welch_s["p"] < alpha)}
+        out["arms"][arm] = row
+    return out
+
+
+def tier_agreement(ppl_a: np.ndarray, ppl_b: np.ndarray, langs: np.ndarray, percentiles: tuple[float, float],
+                   min_docs: int) -> dict[str, Any]:
+    """Per language: Spearman of the two scorings, and the share of documents in the same tier when each
+    scoring tiers with its own percentile cutoffs (computed on these documents); also the share two tiers
+    apart (easy <-> hard)."""
+    def tiers(ppl):
+        return assign_tiers(ppl, langs, compute_cutoffs(ppl, langs, percentiles, min_docs))
+
+    ta, tb = tiers(ppl_a), tiers(ppl_b)
+    out = {}
+    for lang in sorted(set(langs.tolist())):
+        m = langs == lang
+        confusion = np.zeros((3, 3), dtype=int)
+        np.add.at(confusion, (ta[m], tb[m]), 1)
+        out[lang] = {"docs": int(m.sum()), "spearman": round(spearman(ppl_a[m], ppl_b[m]), 4),
+                     "same_tier": round(float((ta[m] == tb[m]).mean()), 4),
+                     "two_tiers_apart": round(float((np.abs(ta[m].astype(int) - tb[m]) == 2).mean()), 4),
+                     "confusion": confusion.tolist()}
+    return out
+
+
+# ---- 1. the arms --------------------------------------------------------------------------------------
+def arm_params(base: dict[str, Any], arm: str, seed: int, steps: int, tokens_dir: Path, work: Path,
+               threads: int, eval_every: int, eval_windows: int) -> train.Params:
+    data = copy.deepcopy(base)
+    global_batch = (data["parallel"]["data_parallel_size"] or 1) * data["micro_batch_size"] * \
+        data["gradient_accumulation_steps"]
+    warmup = max(1, round(data["optim"]["warmup_steps"] * steps / data["max_steps"]))
+    data.update({
+        "tokens_dir": str(tokens_dir), "model_dir": str(work / "model"), "checkpoint_dir": str(work / "ckpt"),
+        "metrics_path": str(work / "train.json"), "detail_path": str(work / "detail.json"),
+        "steps_path": str(work / "steps.csv"), "val_path": str(work / "val.csv"),
+        "seed": seed, "max_steps": steps, "micro_batch_size": global_batch, "gradient_accumulation_steps": 1,
+        "nproc_per_node": 0, "num_threads": threads, "progress_bar": False, "log_every": 10 ** 6,
+        "tier_mix": ARMS[arm],
+    })
+    data["parallel"] = {**data["parallel"], "data_parallel_size": 1}
+    data["optim"] = {**data["optim"], "warmup_steps": warmup}
+    data["checkpoint"] = {"every": 0, "keep": 1}
+    data["eval"] = {"every": eval_every, "windows": eval_windows}
+    return from_dict(train.Params, data, prefix="train.")
+
+
+def run_arm(params: train.Params) -> dict[str, Any]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    metrics = train.run(params)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    with open(params.val_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {"seed": params.seed, "steps": [int(r["step"]) for r in rows],
+            "loss": {s: [float(r[f"loss_{s}"]) for r in rows] for s in ("all", *TIERS)},
+            "train_loss": metrics["final_loss"], "tokens_seen": metrics["tokens_seen"],
+            "tokens_per_s": metrics["tokens_per_s"], "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+
+
+# ---- 2. tier stability --------------------------------------------------------------------------------
+def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path, docs: dict[str, np.ndarray],
+              on_variant=None) -> dict[str, Any]:
+    base = copy.deepcopy(params_file["perplexity"])
+    base.update({"input_dir": str(args.docs_dir), "tokenizer_dir": str(args.tokenizer_dir),
+                 "out_dir": str(work / "out"), "model_dir": str(work / "model"), "work_dir": str(work / "scores"),
+                 "metrics_path": str(work / "m.json"), "detail_path": str(work / "d.json"),
+                 "plot_path": str(work / "h.csv"), "num_threads": args.threads})
+    pp = from_dict(perplexity.Params, base, prefix="perplexity.")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(pp.device)
+    precision = resolve_precision(pp.precision, device)
+    tokenizer = bpe.load(pp.tokenizer_dir)
+    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(pp.tokenizer_dir))
+    scratch = work / "scratch"
+    corpus = perplexity.tokenize_corpus(pp, tokenizer, eos_id, scratch)
+    # the sample: per language, the documents with the smallest seeded hash (the same for every variant)
+    sample: list[int] = []
+    for lang in sorted(set(corpus.langs.tolist())):
+        members = [i for i in np.flatnonzero(corpus.langs == lang)]
+        members.sort(key=lambda i: hash_unit(f"stability:{corpus.ids[i]}", 0))
+        sample += members[:args.stability_docs]
+    sample_ids = [corpus.ids[i] for i in sample]
+    langs = corpus.langs[sample]
+    published_pos = {doc_id: i for i, doc_id in enumerate(docs["id"])}
+    published = np.array([docs["perplexity"][published_pos[d]] for d in sample_ids], dtype=np.float64)
+    percentiles = tuple(pp.percentiles)
+    variants = [{"name": f"seed {pp.seed + 1}", "seed": pp.seed + 1, "subset_fraction": pp.reference.subset_fraction}]
+    for fraction in args.subset_fractions:
+        variants.append({"name": f"subset {fraction}", "seed": pp.seed, "subset_fraction": fraction})
+    out: dict[str, Any] = {
+        "baseline": f"published scores (perplexity.seed {pp.seed}, subset_fraction {pp.reference.subset_fraction})",
+        "docs_per_lang": args.stability_docs, "sample_docs": len(sample), "percentiles": list(percentiles),
+        "max_score_tokens": pp.max_score_tokens, "reference_steps": pp.reference.steps, "variants": []}
+    for v in variants:
+        vp = from_dict(perplexity.Params, {**base, "seed": v["seed"],
+                                           "reference": {**base["reference"], "subset_fraction": v["subset_fraction"]}},
+                       prefix="perplexity.")
+        t0, c0 = time.perf_counter(), time.process_time()
+        splits = np.array([is_validation(i, vp.seed, vp.val_fraction) for i in corpus.ids], dtype=np.int8)
+        in_reference = perplexity.reference_subset(corpus, vp.reference.subset_fraction, vp.seed)
+        train_docs = [corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0))]
+        model, ref_metrics = perplexity.train_reference(vp, train_docs, tokenizer.get_vocab_size(), eos_id,
+                                                        precision, device, scratch / v["name"].replace(" ", "_"))
+        nll, num_scored = score_documents(model, [corpus.doc(i) for i in sample], eos_id, vp.max_score_tokens,
+                                          vp.score_batch_tokens, precision, device)
+        ppl = np.exp(nll / num_scored)
+        agreement = tier_agreement(published, ppl, langs, percentiles, vp.min_docs_per_lang)
+        row = {**v, "reference_docs": ref_metrics["reference.num_docs"],
+               "reference_final_loss": ref_metrics["reference.final_loss"], "per_lang": agreement,
+               "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(time.process_time() - c0, 1)}
+        out["variants"].append(row)
+        if on_variant is not None:
+            on_variant(out)
+        print(f"stability {v['name']}: " + "; ".join(
+            f"{lang} spearman {a['spearman']:.3f} same tier {a['same_tier']:.1%}" for lang, a in agreement.items())
+              + f" ({row['wall_s']:.0f}s)", flush=True)
+    return out
+
+
+# ---- 3. tier contents ---------------------------------------------------------------------------------
+def read_docs(docs_dir: Path) -> dict[str, np.ndarray]:
+    table = pq.read_table(docs_dir, columns=["id", "lang", "tier", "split", "perplexity", "text"])
+    return {name: np.array(table.column(name).to_pylist(), dtype=object if name != "perplexity" else np.float64)
+            for name in table.column_names}
+
+
+def tier_contents(docs: dict[str, np.ndarray], labels_path: Path, examples: int, chars: int) -> dict[str, Any]:
+    kinds = {}
+    with open(labels_path, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            kinds[record["id"]] = record["kind"]
+    kind = np.array([kinds.get(d, "unlabelled") for d in docs["id"]], dtype=object)
+    out: dict[str, Any] = {}
+    for lang in sorted(set(docs["lang"].tolist())):
+        out[lang] = {}
+        for tier in TIERS:
+            m = (docs["lang"] == lang) & (docs["tier"] == tier)
+            values, counts = np.unique(kind[m], return_counts=True)
+            ppl = docs["perplexity"][m]
+            nearest = np.flatnonzero(m)[np.argsort(np.abs(np.log(ppl) - np.log(np.median(ppl))))[:examples]]
+            out[lang][tier] = {
+                "docs": int(m.sum()),
+                "perplexity": {"min": float(ppl.min()), "median": float(np.median(ppl)), "max": float(ppl.max())},
+                "kinds": {str(k): round(int(c) / int(m.sum()), 4) for k, c in sorted(zip(values, counts),
+                                                                                      key=lambda kc: -kc[1])},
+                "examples": [{"id": docs["id"][i], "kind": kind[i],
+                              "perplexity": round(float(docs["perplexity"][i]), 1),
+                              "text": " ".join(str(docs["text"][i]).split())[:chars]} for i in nearest],
+            }
+    return out
+
+
+# ---- the report ---------------------------------------------------------------------------------------
+def cpu_flags() -> list[str]:
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return []
+    return sorted(f for f in flags if f == "avx2" or f.startswith(("avx512", "amx")))
+
+
+def fmt_spread(s: dict[str, float] | None, digits: int = 3) -> str:
+    if not s:
+        return "-"
+    return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+
+def markdown(r: dict[str, Any]) -> list[str]:
+    c, setup, m = r["comparison"] or {"arms": {}, "target_loss": math.nan, "alpha": ALPHA, "baseline": BASELINE}, \
+        r["setup"], r["machine"]
+    lines = ["# Does the curriculum help? (bench/curriculum.py)", "",
+             f"`{r['command']}`, {r['date']}. Machine: {m['cpus']} cores, Python {m['python']}, torch {m['torch']}, "
+             f"CPU flags {' '.join(m['cpu_flags']) or 'none'}; load average {m['load_start']} at the start, "
+             f"{m['load_end']} at the end (shared with other jobs: wall times are inflated); study wall "
+             f"{r['wall_s'] / 60:.1f} min, CPU {r['cpu_s'] / 60:.1f} min."
+             + ("" if r["complete"] else " **Partial results: the study was cut short.**"), "",
+             "## Training arms", "",
+             f"Model preset `{setup['preset']}` ({setup['num_params'] / 1e6:.2f}M parameters), "
+             f"{setup['steps']} steps x "
+             f"global batch {setup['global_batch']} x seq_len {setup['seq_len']} = **{setup['tokens_per_arm']:,} "
+             f"training tokens per run** (the demo trains {setup['demo_steps']} steps: this is "
+             f"{setup['steps'] / setup['demo_steps']:.0%} of it; warmup {setup['warmup_steps']} steps), one process x "
+             f"{setup['threads'] or 'all'} threads, precision {setup['precision']}, seeds {setup['seeds']} "
+             f"(init and data order). Training data: {setup['train_tokens']}. Validation (the same for every "
+             f"arm): the perplexity stage's val split, {setup['eval_windows']} windows per tier; `all` = the tiers' "
+             f"losses weighted by their val tokens {setup['val_tokens']}; every {setup['eval_every']} steps.", "",
+             "| arm | tier mix | final val loss `all` mean ± std (min-max) | easy | medium | hard | "
+             f"steps to {c['target_loss']:.4f} (uniform's final `all`) | Δ vs uniform | Welch p | perm. p |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, row in c["arms"].items():
+        mix = ARMS[arm]
+        mix_text = ("∝ tier windows " + "/".join(f"{x:.2f}" for x in setup["uniform_ratios"])
+                    if mix["schedule"] == "uniform" else
+                    "/".join(f"{mix['start'][t]:g}" for t in TIERS) +
+                    ("" if mix["schedule"] == "constant" else " → " + "/".join(f"{mix['end'][t]:g}" for t in TIERS)))
+        reach = row["steps_to_target_summary"]
+        reach_text = (f"{reach['mean']:.0f} ({reach['min']:.0f}-{reach['max']:.0f}), {row['reached']} reached"
+                      if reach else f"not reached (0/{len(row['steps_to_target'])})")
+        diff = f"{row['diff_vs_baseline']:+.4f}" if "diff_vs_baseline" in row else "-"
+        welch_p = f"{row['welch']['p']:.3f}" if row.get("welch") else "-"
+        perm_p = f"{row['permutation']['p']:.2f}" if row.get("permutation") else "-"
+        lines.append(f"| {arm} | {mix_text} | {fmt_spread(row['final_loss']['all'], 4)} | "
+                     f"{fmt_spread(row['final_loss']['easy'])} | {fmt_spread(row['final_loss']['medium'])} | "
+                     f"{fmt_spread(row['final_loss']['hard'])} | {reach_text} | {diff} | {welch_p} | {perm_p} |")
+    perm = next((v["permutation"] for v in c["arms"].values() if "permutation" in v), {"splits": 0, "min_p": 1.0})
+    lines += ["", f"Tests: Welch's t-test (unequal variances, two-sided, n={len(setup['seeds'])} per arm) on the "
+              "final `all` validation loss against the uniform arm; exact permutation test on the same figures "
+              f"(|mean difference| over all {perm['splits']} splits of the pooled seeds; its smallest possible "
+              f"two-sided p here is {perm['min_p']:.2f}"
+              + (f", so it can never reach {c['alpha']})" if perm["min_p"] > c["alpha"] else ")")
+              + f". Significance level {c['alpha']}.", ""]
+    for arm, row in c.get("arms", {}).items():
+        if arm == c["baseline"] or not row.get("welch"):
+            continue
+        verdict = "significant" if row["significant"] else "**not significant**"
+        tiers = "; ".join(f"{t} {row['per_set'][t]['diff']:+.3f} (p {row['per_set'][t]['p']:.3f}"
+                          + (", significant)" if row["per_set"][t]["significant"] else ", not significant)")
+                          for t in TIERS if row.get("per_set", {}).get(t, {}).get("p") is not None)
+        lines.append(f"- {arm} vs uniform: {row['diff_vs_baseline']:+.4f} nats final `all` loss, Welch p = "
+                     f"{row['welch']['p']:.3f}: {verdict} at {c['alpha']}. Per tier: {tiers}.")
+    lines += ["", "Per run (final val loss `all`, train loss of the last 10 steps, wall / CPU seconds):", "",
+              "| arm | seed | val `all` | val easy | val medium | val hard | train loss | wall s | CPU s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for arm, runs in r["runs"].items():
+        for run in runs:
+            lines.append(f"| {arm} | {run['seed']} | {run['loss']['all'][-1]:.4f} | {run['loss']['easy'][-1]:.3f} | "
+                         f"{run['loss']['medium'][-1]:.3f} | {run['loss']['hard'][-1]:.3f} | {run['train_loss']:.3f} | "
+                         f"{run['wall_s']:.0f} | {run['cpu_s']:.0f} |")
+    lines += ["", "Validation loss `all` over steps (mean over seeds):", "",
+              "| step | " + " | ".join(r["runs"]) + " |", "|---|" + "---|" * len(r["runs"])]
+    any_runs = next(iter(r["runs"].values()))
+    for i, step in enumerate(any_runs[0]["steps"]):
+        lines.append(f"| {step} | " + " | ".join(
+            f"{statistics.fmean(run['loss']['all'][i] for run in runs):.4f}" for runs in r["runs"].values()) + " |")
+    if r.get("stability"):
+        s = r["stability"]
+        lines += ["", "## Tier stability", "",
+                  f"{s['sample_docs']} documents ({s['docs_per_lang']} per language, a seeded sample) scored by "
+                  f"reference LMs trained with the perplexity stage's own functions ({s['reference_steps']} steps, "
+                  f"first {s['max_score_tokens']} tokens scored), compared with the {s['baseline']}. Each scoring "
+                  f"tiers the sample with its own per-language cutoffs at percentiles {s['percentiles']}.", "",
+                  "| variant | lang | Spearman | same tier | easy <-> hard | reference docs | wall s |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in s["variants"]:
+            for lang, a in v["per_lang"].items():
+                lines.append(f"| {v['name']} | {lang} | {a['spearman']:.3f} | {a['same_tier']:.1%} | "
+                             f"{a['two_tiers_apart']:.1%} | {v['reference_docs']} | {v['wall_s']:.0f} |")
+    if r.get("contents"):
+        lines += ["", "## What is in each tier", "",
+                  "Share of each labelled demo kind (data/raw/demo_labels.jsonl; `unlabelled`: documents the "
+                  "labels cannot be joined to: raw records without an id, for which clean derives one) per language "
+                  "and tier. The labels' `article` covers several demo generators (templated prose, real documentation "
+                  "text, word salad): the examples below show which lands where.", "",
+                  "| lang | tier | docs | perplexity min / median / max | kinds |", "|---|---|---|---|---|"]
+        for lang, tiers in r["contents"].items():
+            for tier, t in tiers.items():
+                p = t["perplexity"]
+                lines.append(f"| {lang} | {tier} | {t['docs']} | {p['min']:.1f} / {p['median']:.1f} / {p['max']:.1f} | "
+                             + ", ".join(f"{k} {v:.0%}" for k, v in t["kinds"].items()) + " |")
+        lines += ["", "Examples (nearest the tier's median perplexity):", ""]
+        for lang, tiers in r["contents"].items():
+            for tier, t in tiers.items():
+                for e in t["examples"]:
+                    text = e["text"].replace("|", "\\|")
+                    lines.append(f"- {lang} {tier} ({e['kind']}, ppl {e['perplexity']}): {text}")
+    lines += ["", "## Limits", "", *[f"- {x}" for x in r["limits"]], ""]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.curriculum", description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    parser.add_argument("--tokens-dir", type=Path, default=Path("data/perplexity/tokens"))
+    parser.add_argument("--docs-dir", type=Path, default=Path("data/perplexity/docs"))
+    parser.add_argument("--tokenizer-dir", type=Path, default=Path("models/tokenizer"))
+    parser.add_argument("--labels", type=Path, default=Path("data/raw/demo_labels.jsonl"))
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per run (the demo: 400)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = all cores; on a shared machine 1 is "
+                        "many times faster than 2: OpenMP threads wait on busy cores)")
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--eval-windows", type=int, default=64, help="validation windows per tier")
+    parser.add_argument("--stability-docs", type=int, default=500, help="documents per language (0 = skip)")
+    parser.add_argument("--subset-fractions", type=float, nargs="*", default=[0.15],
+                        help="other reference subset sizes to compare (each trains one more reference LM)")
+    parser.add_argument("--examples", type=int, default=3, help="example documents per language and tier")
+    parser.add_argument("--out", type=Path, default=RESULTS / "curriculum")
+    parser.add_argument("--work-dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--reanalyze", action="store_true",
+                        help="recompute the statistics and the .md from the runs already in <out>.json (no training)")
+    args = parser.parse_args()
+    if args.reanalyze:
+        result = json.loads(args.out.with_suffix(".json").read_text())
+        result["comparison"] = compare_arms(result["runs"]) if BASELINE in result["runs"] else {}
+        result["reanalyzed"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        args.out.with_suffix(".md").write_text("\n".join(markdown(result)))
+        return
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    started, cpu_started, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
+    params_file = read_params(args.params)
+    base = params_file["train"]
+    manifest = read_manifest(args.tokens_dir)
+    docs = read_docs(args.docs_dir)
+    contents = tier_contents(docs, args.labels, args.examples, 200) if args.labels.exists() else None
+    runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
+    stab: dict[str, Any] | None = None
+
+    def save(complete: bool) -> None:
+        """The results so far, written whole after every run: a study cut short keeps what it measured."""
+        write_results(args, base, manifest, runs, stab, contents, started, cpu_started, load_start, complete)
+
+    with tempfile.TemporaryDirectory(prefix="curriculum-", dir=args.work_dir) as tmp:
+        work = Path(tmp)
+        for seed in args.seeds:  # seed-major: a cut-short run still has every arm at the first seeds
+            for arm in args.arms:
+                params = arm_params(base, arm, seed, args.steps, args.tokens_dir, work / f"{arm}_{seed}", args.threads,
+                                    args.eval_every, args.eval_windows)
+                result = run_arm(params)
+                runs[arm].append(result)
+                print(f"{arm:8s} seed {seed}: final val loss all {result['loss']['all'][-1]:.4f} "
+                      + " ".join(f"{t} {result['loss'][t][-1]:.3f}" for t in TIERS)
+                      + f", train loss {result['train_loss']:.3f}, {result['wall_s']:.0f}s wall "
+                        f"{result['cpu_s']:.0f}s CPU", flush=True)
+                save(False)
+        if args.stability_docs:
+            def on_variant(partial: dict[str, Any]) -> None:
+                nonlocal stab
+                stab = partial
+                save(False)
+
+            stab = stability(args, params_file, work / "stability", docs, on_variant)
+    save(True)
+    print(f"wrote {args.out.with_suffix('.json')} and .md ({(time.perf_counter() - started) / 60:.1f} min wall)")
+
+
+def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict[str, Any],
+                  runs: dict[str, list[dict[str, Any]]], stab: dict[str, Any] | None, contents: dict[str, Any] | None,
+                  started: float, cpu_started: float, load_start: tuple[float, ...], complete: bool) -> None:
+    first = arm_params(base, args.arms[0], args.seeds[0], args.steps, args.tokens_dir, Path("unused"), args.threads,
+                       args.eval_every, args.eval_windows)
+    done = {arm: r for arm, r in runs.items() if r}
+    comparison = compare_arms(done) if BASELINE in done else {}
+    from stages.common.lm.model import Transformer, preset
+
+    cfg = preset(first.preset, manifest["vocab_size"], **({"max_seq_len": first.seq_len} if first.seq_len else {}))
+    train_windows = np.array([manifest["shards"][f"train/{t}"]["num_tokens"] - cfg.max_seq_len for t in TIERS])
+    tokens_per_arm = args.steps * first.micro_batch_size * cfg.max_seq_len
+    train_tokens = sum(manifest["shards"][f"train/{t}"]["num_tokens"] for t in TIERS)
+    result = {
+        "command": "python -m bench.curriculum " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                    "cpu_flags": cpu_flags(), "load_start": [round(x, 2) for x in load_start],
+                    "load_end": [round(x, 2) for x in os.getloadavg()]},
+        "wall_s": round(time.perf_counter() - started, 1),
+        "cpu_s": round(time.process_time() - cpu_started, 1),  # every thread of this process (no children)
+        "setup": {"preset": first.preset, "num_params": Transformer(cfg).num_params(), "steps": args.steps,
+                  "demo_steps": base["max_steps"], "warmup_steps": first.optim.warmup_steps,
+                  "global_batch": first.micro_batch_size, "seq_len": cfg.max_seq_len,
+                  "tokens_per_arm": tokens_per_arm,
+                  "threads": args.threads, "precision": resolve_precision(first.precision, torch.device("cpu"))
+                  if first.precision == "auto" else first.precision, "seeds": args.seeds,
+                  "eval_every": args.eval_every, "eval_windows": args.eval_windows,
+                  "train_tokens": {t: manifest["shards"][f"train/{t}"]["num_tokens"] for t in TIERS},
+                  "val_tokens": {t: manifest["shards"][f"val/{t}"]["num_tokens"] for t in TIERS},
+                  "uniform_ratios": [round(float(x), 4) for x in train_windows / train_windows.sum()],
+                  "params_tier_mix": base["tier_mix"], "arms": {a: ARMS[a] for a in args.arms}},
+        "complete": complete,
+        "runs": done, "comparison": comparison, "stability": stab, "contents": contents,
+        "limits": [
+            f"one small model ({first.preset}), {args.steps} steps ({tokens_per_arm:,} tokens, "
+            f"{args.steps / base['max_steps']:.0%} of the demo's run), the demo corpus ({train_tokens:,} training "
+            "tokens, partly templated)",
+            f"n={min(map(len, done.values()), default=0)} seeds per arm: only large differences can show as "
+            "significant; a 'not significant' is no proof of no effect",
+            "the validation set is the demo's val split (a few hundred documents), the same for every arm",
+            f"warmup scaled with the steps ({first.optim.warmup_steps} of {args.steps}); one process x "
+            f"{args.threads or 'all'} threads instead of the demo's 2 DDP processes (the same global batch and data "
+            "per step)",
+        ],
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    args.out.with_suffix(".md").write_text("\n".join(markdown(result)))
+
+
+if __name__ == "__main__":
+    main()
