@@ -236,8 +236,10 @@ def write_outputs(trainer: Trainer, params: Params, metrics: dict[str, Any]) -> 
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:
-    """What `dvc metrics show` lists: validation perplexity per tier, final loss, tokens/s."""
-    return {**{f"val_ppl.{tier}": metrics[f"val.{tier}.perplexity"] for tier in TIERS},
+    """What `dvc metrics show` lists: validation perplexity per tier and over the whole split (none with
+    `eval.windows: 0`), final loss, tokens/s."""
+    return {**{f"val_ppl.{tier}": metrics[f"val.{tier}.perplexity"] for tier in (*TIERS, "all")
+               if f"val.{tier}.perplexity" in metrics},
             "loss": metrics["final_loss"], "tokens_per_s": metrics["tokens_per_s"]}
 
 

@@ -91,7 +91,8 @@ def test_run_writes_model_metrics_and_curves_and_lowers_validation_perplexity(tm
         assert metrics[f"val.{tier}.perplexity"] < metrics[f"val.{tier}.perplexity_start"], tier
     assert json.loads((tmp_path / "metrics" / "train.detail.json").read_text()) == pytest.approx(metrics)
     headline = json.loads((tmp_path / "metrics" / "train.json").read_text())  # what `dvc metrics show` lists
-    assert sorted(headline) == ["loss", "tokens_per_s", "val_ppl.easy", "val_ppl.hard", "val_ppl.medium"]
+    assert sorted(headline) == ["loss", "tokens_per_s", "val_ppl.all", "val_ppl.easy", "val_ppl.hard",
+                                "val_ppl.medium"]
     steps = (tmp_path / "metrics" / "steps.csv").read_text().splitlines()
     assert steps[0].startswith("step,loss,lr,grad_norm,clip_threshold") and len(steps) == 31
     assert [int(line.split(",")[0]) for line in steps[1:]] == list(range(30))
@@ -106,6 +107,13 @@ def test_run_writes_model_metrics_and_curves_and_lowers_validation_perplexity(tm
     assert last["loss_all"] == pytest.approx(weighted)
     assert metrics["val.all.perplexity"] == pytest.approx(math.exp(last["loss_all"]))
     assert [p.name for p in checkpoint.list_checkpoints(tmp_path / "ckpt")] == ["step_00000020", "step_00000030"]
+
+
+def test_a_run_without_validation_has_no_validation_figures(tmp_path):
+    metrics = train.run(tiny_params(tmp_path, max_steps=4, eval={"windows": 0}, checkpoint={"every": 0}))
+    assert metrics["steps"] == 4 and not any(key.startswith("val.") for key in metrics)
+    headline = json.loads((tmp_path / "metrics" / "train.json").read_text())
+    assert sorted(headline) == ["loss", "tokens_per_s"]
 
 
 def test_a_rerun_of_a_finished_run_trains_nothing_and_gives_the_same_model(tmp_path):
