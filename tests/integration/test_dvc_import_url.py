@@ -1,6 +1,6 @@
 """Tracking a remote input with DVC, as docs/clean.md describes: a real `dvc import-url` of a file served
 by Python's http.server on 127.0.0.1, `dvc update` after it changes, and `clean` on the copy; a URL as
-`clean.input`, which dvc.yaml makes an external dependency; and `dvc import-url` of an object on a local
+`clean.input`, which dvc.yaml makes an external dependency; and the same two over s3:// against a local
 S3-compatible server (moto), through the dvc-s3 plugin."""
 from __future__ import annotations
 
@@ -79,3 +79,25 @@ def test_a_url_as_clean_input_is_an_external_dependency(repo_copy, http_root):
     (served / "ext.jsonl.gz").write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))
     status = sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
     assert re.search(rf"modified:\s+{re.escape(base)}/ext\.jsonl\.gz", status), status
+
+
+def test_an_s3_prefix_as_clean_input_is_an_external_dependency(repo_copy, s3_server):
+    """`clean.input: s3://bucket/prefix` on the local S3-compatible server: `dvc repro clean` reads the
+    objects directly and records the prefix in dvc.lock; rewriting an object makes `dvc status` say so."""
+    s3_server.put("ext/raw/a.jsonl.gz", gzip.compress(json.dumps({"id": "en", "text": EN}).encode() + b"\n"))
+    url = f"s3://{s3_server.bucket}/ext/raw"
+    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
+    params["clean"].update(input=url, num_workers=1)
+    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    repo = init_dvc_repo(repo_copy)
+    sh([str(BIN / "dvc"), "repro", "--single-item", "clean"], repo, timeout=300)
+    metrics = json.loads((repo / params["clean"]["detail_path"]).read_text())
+    assert metrics["num_read"] == 1 == metrics["num_kept"]
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    assert url in [dep["path"] for dep in lock["stages"]["clean"]["deps"]]
+    assert "changed" not in sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
+
+    lines = [json.dumps({"id": i, "text": text}) for i, text in (("en", EN), ("zh", ZH))]
+    s3_server.put("ext/raw/a.jsonl.gz", gzip.compress("\n".join(lines).encode() + b"\n"))
+    status = sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
+    assert re.search(rf"modified:\s+{re.escape(url)}", status), status
