@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -59,33 +60,14 @@ def test_import_url_from_s3_tracks_the_object_by_its_etag(tmp_path, s3_server):
     assert gzip.decompress((repo / "a.jsonl.gz").read_bytes()).startswith(b'{"id": "zh"')
 
 
-def test_a_url_as_clean_input_is_an_external_dependency(repo_copy, http_root):
-    """`clean.input: http://...`: `dvc repro clean` reads it over the network, records it in dvc.lock as an
-    external dependency, and `dvc status` notices when the file behind the URL changes."""
-    base, served = http_root
-    (served / "ext.jsonl.gz").write_bytes(gzip.compress(json.dumps({"id": "en", "text": EN}).encode() + b"\n"))
-    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
-    params["clean"].update(input=f"{base}/ext.jsonl.gz", num_workers=1)
-    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
-    repo = init_dvc_repo(repo_copy)
-    sh([str(BIN / "dvc"), "repro", "--single-item", "clean"], repo, timeout=300)
-    metrics = json.loads((repo / params["clean"]["detail_path"]).read_text())
-    assert metrics["num_read"] == 1 == metrics["num_kept"]
-    lock = yaml.safe_load((repo / "dvc.lock").read_text())
-    assert f"{base}/ext.jsonl.gz" in [dep["path"] for dep in lock["stages"]["clean"]["deps"]]
-    assert "changed" not in sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
-
-    lines = [json.dumps({"id": i, "text": text}) for i, text in (("en", EN), ("zh", ZH))]
-    (served / "ext.jsonl.gz").write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))
-    status = sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
-    assert re.search(rf"modified:\s+{re.escape(base)}/ext\.jsonl\.gz", status), status
+ONE_DOC = gzip.compress(json.dumps({"id": "en", "text": EN}).encode() + b"\n")
+TWO_DOCS = gzip.compress("\n".join(json.dumps({"id": i, "text": t}) for i, t in (("en", EN), ("zh", ZH))).encode()
+                         + b"\n")
 
 
-def test_an_s3_prefix_as_clean_input_is_an_external_dependency(repo_copy, s3_server):
-    """`clean.input: s3://bucket/prefix` on the local S3-compatible server: `dvc repro clean` reads the
-    objects directly and records the prefix in dvc.lock; rewriting an object makes `dvc status` say so."""
-    s3_server.put("ext/raw/a.jsonl.gz", gzip.compress(json.dumps({"id": "en", "text": EN}).encode() + b"\n"))
-    url = f"s3://{s3_server.bucket}/ext/raw"
+def check_external_dependency(repo_copy: Path, url: str, rewrite) -> None:
+    """With `clean.input: <url>` (holding ONE_DOC), `dvc repro clean` reads it directly and records `url` in
+    dvc.lock as an external dependency; after `rewrite()` changes what the URL holds, `dvc status` says so."""
     params = yaml.safe_load((repo_copy / "params.yaml").read_text())
     params["clean"].update(input=url, num_workers=1)
     (repo_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
@@ -96,8 +78,21 @@ def test_an_s3_prefix_as_clean_input_is_an_external_dependency(repo_copy, s3_ser
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert url in [dep["path"] for dep in lock["stages"]["clean"]["deps"]]
     assert "changed" not in sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
-
-    lines = [json.dumps({"id": i, "text": text}) for i, text in (("en", EN), ("zh", ZH))]
-    s3_server.put("ext/raw/a.jsonl.gz", gzip.compress("\n".join(lines).encode() + b"\n"))
+    rewrite()
     status = sh([str(BIN / "dvc"), "status", "clean"], repo, timeout=120)
     assert re.search(rf"modified:\s+{re.escape(url)}", status), status
+
+
+def test_a_url_as_clean_input_is_an_external_dependency(repo_copy, http_root):
+    """`clean.input: http://...`: read over the network, an external dependency DVC checks."""
+    base, served = http_root
+    (served / "ext.jsonl.gz").write_bytes(ONE_DOC)
+    check_external_dependency(repo_copy, f"{base}/ext.jsonl.gz",
+                              lambda: (served / "ext.jsonl.gz").write_bytes(TWO_DOCS))
+
+
+def test_an_s3_prefix_as_clean_input_is_an_external_dependency(repo_copy, s3_server):
+    """`clean.input: s3://bucket/prefix` on the local S3-compatible server, through dvc-s3."""
+    s3_server.put("ext/raw/a.jsonl.gz", ONE_DOC)
+    check_external_dependency(repo_copy, f"s3://{s3_server.bucket}/ext/raw",
+                              lambda: s3_server.put("ext/raw/a.jsonl.gz", TWO_DOCS))

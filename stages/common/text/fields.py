@@ -1,7 +1,7 @@
 """Typed columns for the fields a stage keeps (`clean.keep_fields`).
 
 A kept field becomes a real column of the docs dataset. Its type is inferred once, before any output is
-written, from the values the first records hold (`infer_kinds`), so every part of a dataset has the same
+written, from the values the first records hold (`infer_kind`), so every part of a dataset has the same
 schema: all booleans -> bool, all integers -> int64, integers and floats -> float64, all strings -> string;
 anything else (objects, lists, a mix of types) -> a string column holding each value as JSON, since the
 shape of nested values may change from record to record where an Arrow struct could not. A field with no
