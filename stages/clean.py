@@ -16,9 +16,13 @@ Invariant, checked before anything is published: kept + quarantined == records r
 """
 from __future__ import annotations
 
+import dataclasses
+import glob
 import itertools
 import json
 import logging
+import os
+import re
 import signal
 import threading
 import time
@@ -35,7 +39,7 @@ from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import check_executor, resolve_workers  # noqa: F401 (bench/clean.py uses it)
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA
-from stages.common.runtime.storage import redact
+from stages.common.runtime.storage import input_size, is_url, redact, url_path
 from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
 from stages.common.text.fields import coerce, infer_kind, schema_with
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
@@ -46,6 +50,7 @@ from stages.common.text.readers import (
     DEFAULT_MAX_RECORD_BYTES,
     FORMATS,
     FieldMap,
+    ROW_KINDS,
     RawRecord,
     Record,
     Rejection,
@@ -62,16 +67,45 @@ PHASES = ("parse", "normalize", "langid", "rules", "signature")
 # to check that the text field exists and to type the kept fields' columns.
 LOOKAHEAD_RECORDS = 1000
 LOOKAHEAD_BYTES = 64 << 20
+# A file's first records are judged to lack the text field when more than `max_missing_text_share` of them
+# and at least this many (or all of them) do: a few malformed records are quarantined, not an error.
+MIN_MISSING_TEXT = 5
 # Column names a kept field may not take: the docs' own, and those semantic_filter and perplexity add.
 RESERVED_COLUMNS = frozenset(DOC_SCHEMA.names) | {"quality_score", "perplexity", "tier", "split", "num_tokens"}
-# Reasons that show a record has the text field (only its value is wrong).
-_HAS_TEXT_REASONS = frozenset({"invalid:non_string_text", "invalid:empty", "invalid:binary"})
+
+
+SOURCE_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """One kind of input under `clean.input`: where its files are and how its records become documents.
+    A key left unset (null) takes the value of clean's own key of that name."""
+    name: str  # the docs' and the quarantine's `source` column; the funnel is counted per source
+    path: str = ""  # a file, folder (searched with clean.pattern) or glob, relative to clean.input; "" = all of it
+    format: str | None = param(None, choices=FORMATS)
+    text_field: str | None = param(None, nonempty=True)
+    id_field: str | None = param(None, nonempty=True)
+    keep_fields: tuple[str, ...] | None = None
+    rename: dict[str, str] = field(default_factory=dict)  # field name -> new name, before the keys above apply
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """A source as the stage reads it: clean's keys filled in."""
+    key: str  # the params key that describes it, for errors: clean or clean.sources[i]
+    name: str
+    location: str  # clean.input joined with the source's path
+    format: str
+    fields: FieldMap
 
 
 @dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
 class Params:
     input: str  # a file, a folder (searched recursively with `pattern`) or a glob; local or a URL (s3://, gs://, ...)
     pattern: str = "*"
+    # Several kinds of file under `input`, each with its own format and fields; () = `input` is one source.
+    sources: tuple[Source, ...] = ()
     out_dir: str
     metrics_path: str  # headline figures (DVC metrics)
     detail_path: str  # every figure: counts per reason, CPU seconds per phase, ...
@@ -91,6 +125,11 @@ class Params:
     text_field: str = param("text", nonempty=True)  # a field name or a dotted path (payload.content)
     id_field: str = param("id", nonempty=True)
     keep_fields: tuple[str, ...] = ()  # fields (names or dotted paths) kept as typed docs columns
+    # Of the first records read from a file, the largest share that may lack the text field; more is an
+    # error before any work (the field name is wrong for that file).
+    max_missing_text_share: float = param(0.05, min=0.0, max=1.0)
+    # `refinery check`: records read from the start of each source to project what clean keeps
+    check_records: int = param(200, min=1, placement=True)
     languages: tuple[str, ...] = param(("zh", "en"), choices=LANGUAGES, nonempty=True)  # as the detector names them
     min_lang_prob: float = param(0.8, min=0.0, max=1.0)
     langid_max_chars: int = param(400, min=1)
@@ -103,20 +142,69 @@ class Params:
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
+        for i, source in enumerate(self.sources):
+            validate(source, f"{STAGE}.sources[{i}]")
         if self.quality.min_mean_word_length > self.quality.max_mean_word_length:
             raise ValueError("param 'clean.quality.min_mean_word_length': must be <= "
                              f"'clean.quality.max_mean_word_length', got {self.quality.min_mean_word_length} > "
                              f"{self.quality.max_mean_word_length}")
         check_executor(STAGE, self.executor, self.address)
-        for i, name in enumerate(self.keep_fields):
-            if not name or name in RESERVED_COLUMNS or name in self.keep_fields[:i]:
-                what = "is empty" if not name else "is listed twice" if name in self.keep_fields[:i] else \
-                    f"is a column name the docs have or a later stage adds ({', '.join(sorted(RESERVED_COLUMNS))})"
-                raise ValueError(f"param 'clean.keep_fields[{i}]': {name!r} {what}")
+        check_keep_fields(f"{STAGE}.keep_fields", self.keep_fields)
+        names: set[str] = set()
+        for i, source in enumerate(self.sources):
+            key = f"{STAGE}.sources[{i}]"
+            if not SOURCE_NAME_RE.fullmatch(source.name) or source.name in names:
+                what = "is used by an earlier source" if source.name in names else \
+                    "must be 1-64 letters, digits, '_' or '-'"
+                raise ValueError(f"param '{key}.name': {source.name!r} {what}")
+            names.add(source.name)
+            if source.keep_fields is not None:
+                check_keep_fields(f"{key}.keep_fields", source.keep_fields)
+            targets = list(source.rename.values())
+            for old, new in source.rename.items():
+                if not isinstance(new, str) or not new or not old or targets.count(new) > 1:
+                    raise ValueError(f"param '{key}.rename.{old}': must be a new, non-empty field name that no other "
+                                     f"field is renamed to, got {new!r}")
+
+    def input_sources(self) -> list[InputSource]:
+        """The sources to read, in order: `sources`, or `input` as one source named after it."""
+        if not self.sources:
+            return [InputSource(STAGE, default_source_name(self.input), self.input, self.format,
+                                FieldMap(self.text_field, self.id_field, self.keep_fields))]
+        return [InputSource(f"{STAGE}.sources[{i}]", s.name, join_location(self.input, s.path),
+                            s.format or self.format,
+                            FieldMap(s.text_field or self.text_field, s.id_field or self.id_field,
+                                     self.keep_fields if s.keep_fields is None else s.keep_fields,
+                                     tuple(s.rename.items())))
+                for i, s in enumerate(self.sources)]
 
     @property
-    def field_map(self) -> FieldMap:
-        return FieldMap(self.text_field, self.id_field, self.keep_fields)
+    def keep_columns(self) -> tuple[str, ...]:
+        """Every source's kept fields: the docs' added columns, in order of first mention."""
+        return tuple(dict.fromkeys(path for source in self.input_sources() for path in source.fields.keep))
+
+
+def check_keep_fields(key: str, keep_fields: tuple[str, ...]) -> None:
+    for i, name in enumerate(keep_fields):
+        if not name or name in RESERVED_COLUMNS or name in keep_fields[:i]:
+            what = "is empty" if not name else "is listed twice" if name in keep_fields[:i] else \
+                f"is a column name the docs have or a later stage adds ({', '.join(sorted(RESERVED_COLUMNS))})"
+            raise ValueError(f"param '{key}[{i}]': {name!r} {what}")
+
+
+def default_source_name(location: str) -> str:
+    """The one source's name when `clean.sources` is empty: the input's last path part (`data/raw/demo` ->
+    `demo`, `corpus/*.jsonl` -> `corpus`), without extensions, as a source name allows."""
+    parts = [p for p in url_path(location).replace("\\", "/").split("/") if p and not glob.has_magic(p)]
+    stem = parts[-1].split(".")[0] if parts else ""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", stem)[:64].strip("_")
+    return name or "input"
+
+
+def join_location(root: str, path: str) -> str:
+    if not path:
+        return root
+    return f"{root.rstrip('/')}/{path.lstrip('/')}" if is_url(root) else os.path.join(root, path)
 
 
 class RecordTooSlow(Exception):
@@ -183,7 +271,7 @@ class Cleaner:
                                          keep=params.languages)
         self.rules = QualityRules(params.quality)
         self.signer = Signer(params.dedup, params.seed) if params.dedup.near else None
-        self.fields = params.field_map
+        self.sources = params.input_sources()
         if params.record_time_budget_s and threading.current_thread() is not threading.main_thread():
             log.warning("clean: records are processed outside a main thread, so 'clean.record_time_budget_s' "
                         "cannot interrupt them")
@@ -197,13 +285,16 @@ class Cleaner:
         t0 = time.thread_time()
         langs = iter(self.langid.identify([record.text for record in pending]))
         timings["langid"] += time.thread_time() - t0
-        return [self.checked(first, next(langs), timings) if isinstance(first, Normalized) else first
+        rows = [self.checked(first, next(langs), timings) if isinstance(first, Normalized) else first
                 for first in firsts]
+        for raw, row in zip(batch, rows):  # until here `source` was the file
+            row["file"], row["source"] = row["source"], self.sources[raw.origin].name
+        return rows
 
     def normalized(self, raw: RawRecord, timings: Counter[str]) -> Normalized | dict[str, Any]:
         """Parse and normalise: the record for language ID, or its result row if dropped already."""
         t0 = time.thread_time()
-        parsed = parse_raw(raw, self.p.max_record_bytes, self.fields)
+        parsed = parse_raw(raw, self.p.max_record_bytes, self.sources[raw.origin].fields)
         t1 = time.thread_time()
         timings["parse"] += t1 - t0
         if isinstance(parsed, Rejection):
@@ -265,29 +356,37 @@ class CleanStage(FilterStage):
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
-        try:
-            self.files = list_input_files(params.input, params.pattern)
-        except ValueError as e:  # no input file, or one it cannot name: the user's to fix, in one line
-            raise ConfigError(f"param 'clean.input': {e}") from None
-        log.info("clean: %d input file(s), executor %s, %d worker(s)", len(self.files), params.executor,
-                 self.num_workers)
+        self.sources = params.input_sources()
+        files_by_source = source_files(params, self.sources)
+        self.files = [f for files in files_by_source for f in files]
+        log.info("clean: %d input file(s) in %d source(s), executor %s, %d worker(s)", len(self.files),
+                 len(self.sources), params.executor, self.num_workers)
         if params.quality.min_stop_words:
             for lang in languages_without_stop_words(params.languages):
                 log.info("clean: no stop-word list for %r: the stop-word rule is skipped for it", lang)
         self.skipped: Counter[str] = Counter()  # what the files hold besides records (WARC requests, ...)
-        raws = iter_raw(self.files, params.max_record_bytes, params.format, self.skipped)
-        head, cut = lookahead(raws)  # before the work folder or any output is touched
-        if not head and not params.allow_empty_input:
+        streams: list[Iterator[RawRecord]] = []
+        records: list[Record] = []  # the first ones of each source, to type the kept fields' columns
+        num_head = 0
+        for origin, (source, files) in enumerate(zip(self.sources, files_by_source)):
+            raws = iter_raw(files, params.max_record_bytes, source.format, self.skipped)
+            if origin:
+                raws = (dataclasses.replace(raw, origin=origin) for raw in raws)
+            # before the work folder or any output is touched
+            head, cut = lookahead(raws, max(LOOKAHEAD_BYTES // len(self.sources), 1 << 20))
+            parsed = [parse_raw(raw, params.max_record_bytes, source.fields) for raw in head]
+            check_text_field(source, head, parsed, cut, params.max_missing_text_share)
+            records += [r for r in parsed if isinstance(r, Record)]
+            streams.append(itertools.chain(head, raws))
+            num_head += len(head)
+        if not num_head and not params.allow_empty_input:
             raise ConfigError(f"param 'clean.input': {redact(params.input)!r} holds no records "
                               f"({len(self.files)} file(s), empty or blank lines only); set "
                               "'clean.allow_empty_input: true' to publish an empty dataset")
-        parsed = [parse_raw(raw, params.max_record_bytes, params.field_map) for raw in head]
-        check_text_field(params.text_field, head, parsed, more=cut)
-        records = [r for r in parsed if isinstance(r, Record)]
-        self.field_kinds = {path: infer_kind(r.kept.get(path) for r in records) for path in params.keep_fields}
+        self.field_kinds = {path: infer_kind(r.kept.get(path) for r in records) for path in params.keep_columns}
         self.doc_schema = schema_with(DOC_SCHEMA, self.field_kinds)
         self.num_mismatched: Counter[str] = Counter()
-        self.raws = itertools.chain(head, raws)
+        self.raws = itertools.chain(*streams)
         self.index = DedupIndex(params.dedup)
 
     def documents(self) -> Iterator[RawRecord]:
@@ -301,10 +400,10 @@ class CleanStage(FilterStage):
     def verdict(self, result: dict[str, Any], raw: RawRecord) -> Verdict:
         if result["reason"] is not None:
             return Dropped(result["id"], result["reason"], result["source"], result["record"], result["lang"],
-                           result["lang_prob"], result["index"])
+                           result["lang_prob"], result["index"], file=result["file"])
         sig = result["signature"]  # uint32 or uint64 values, by the MinHash scheme
         signature = None if sig is None else np.frombuffer(sig, dtype=f"u{len(sig) // self.params.dedup.num_perm}")
-        row = {k: result[k] for k in ("id", "text", "lang", "lang_prob", "source", "meta")}
+        row = {k: result[k] for k in ("id", "text", "lang", "lang_prob", "source", "file", "meta")}
         for path, kind in self.field_kinds.items():
             row[path], fits = coerce(result["kept"].get(path), kind)
             self.num_mismatched[path] += not fits
@@ -319,7 +418,7 @@ class CleanStage(FilterStage):
         if dup is None:
             return verdict
         return Dropped(row["id"], dup[0], row["source"], verdict.original, row["lang"], row["lang_prob"],
-                       verdict.index, dup_of=dup[1])
+                       verdict.index, dup_of=dup[1], file=row["file"])
 
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         input_mb, seconds = self.counts["num_bytes"] / 1e6, metrics["seconds"]
@@ -338,39 +437,143 @@ class CleanStage(FilterStage):
         }
 
 
-def lookahead(raws: Iterator[RawRecord]) -> tuple[list[RawRecord], bool]:
-    """(the first records, at most LOOKAHEAD_RECORDS of them and about LOOKAHEAD_BYTES; whether it
-    stopped at a limit, so that more records may follow)."""
+def source_files(params: Params, sources: list[InputSource]) -> list[list[str]]:
+    """Each source's input files, in order. Every file under `clean.input` (with `clean.pattern`) belongs to
+    exactly one source: one that two sources match, or that none does, is a ConfigError naming it."""
+    try:
+        everything = list_input_files(params.input, params.pattern)
+    except ValueError as e:  # no input file, or one it cannot name: the user's to fix, in one line
+        raise ConfigError(f"param 'clean.input': {e}") from None
+    if not params.sources:
+        return [everything]
+    owner: dict[str, str] = {}
+    files_by_source = []
+    for source in sources:
+        try:
+            files = list_input_files(source.location, params.pattern)
+        except ValueError as e:
+            raise ConfigError(f"param '{source.key}.path': {e}") from None
+        for f in files:
+            if f in owner:
+                raise ConfigError(f"param '{source.key}.path': {redact(f)} is also read by source {owner[f]!r}: "
+                                  "each file must belong to one source")
+            owner[f] = source.name
+        files_by_source.append(files)
+    unclaimed = [f for f in everything if f not in owner]
+    if unclaimed:
+        raise ConfigError(f"param 'clean.sources': {len(unclaimed)} input file(s) belong to no source, e.g. "
+                          f"{redact(unclaimed[0])}: add a source for them, or narrow 'clean.pattern'")
+    return files_by_source
+
+
+def lookahead(raws: Iterator[RawRecord], max_bytes: int = LOOKAHEAD_BYTES) -> tuple[list[RawRecord], bool]:
+    """(the first records, at most LOOKAHEAD_RECORDS of them and about `max_bytes`; whether it stopped at a
+    limit, so that more records may follow)."""
     head: list[RawRecord] = []
     size = 0
     for raw in raws:
         head.append(raw)
         size += raw.num_bytes
-        if len(head) >= LOOKAHEAD_RECORDS or size >= LOOKAHEAD_BYTES:
+        if len(head) >= LOOKAHEAD_RECORDS or size >= max_bytes:
             return head, True
     return head, False
 
 
-def check_text_field(text_field: str, head: list[RawRecord], parsed: list[Record | Rejection], more: bool) -> None:
-    """A ConfigError if records were read and not one of them has the text field: the field name is wrong
-    for this input (records that lack it while others have it are quarantined one by one)."""
-    missing = [raw for raw, r in zip(head, parsed) if isinstance(r, Rejection) and r.reason == "invalid:missing_text"]
-    if not missing or any(isinstance(r, Record) or r.reason in _HAS_TEXT_REASONS for r in parsed):
-        return
-    names: dict[str, None] = {}
-    for raw in missing:
-        obj = raw.payload if raw.kind == "row" else json.loads(raw.payload)
-        names.update(dict.fromkeys(field_names(obj)))
-    sources = list(dict.fromkeys(raw.source for raw in head))
-    where = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
-    first = f"the first {len(head)} records of " if more else ""
-    raise ConfigError(f"param 'clean.text_field': no record of {first}{where} has field {text_field!r}; its records "
-                      f"have: {', '.join(sorted(names)) or 'no fields'}")
+def check_text_field(source: InputSource, head: list[RawRecord], parsed: list[Record | Rejection], more: bool,
+                     max_share: float) -> None:
+    """A ConfigError if, of a file's first records, more than `max_share` lack the text field: the field
+    name is wrong for that file (later records that lack it are quarantined one by one)."""
+    counts: dict[str, list[int]] = {}  # file -> [records, records without the text field]
+    for raw, r in zip(head, parsed):
+        count = counts.setdefault(raw.source, [0, 0])
+        count[0] += 1
+        count[1] += isinstance(r, Rejection) and r.reason == "invalid:missing_text"
+    for path, (num, num_missing) in counts.items():
+        if num_missing <= max_share * num or num_missing < min(num, MIN_MISSING_TEXT):
+            continue
+        names: dict[str, None] = {}
+        for raw, r in zip(head, parsed):
+            if raw.source == path and isinstance(r, Rejection) and r.reason == "invalid:missing_text":
+                obj = source.fields.renamed(raw.payload if raw.kind in ROW_KINDS else json.loads(raw.payload))
+                names.update(dict.fromkeys(field_names(obj)))
+        first = f"the first {num}" if more and path == head[-1].source else f"the {num}"  # that file was cut short
+        key = f"{source.key}.text_field" if source.key != STAGE else "clean.text_field"
+        what = (f"none of {first} records of {path} has field {source.fields.text!r}" if num_missing == num else
+                f"{num_missing} of {first} records of {path} lack field {source.fields.text!r} (more than a share "
+                f"of {max_share:g}: 'clean.max_missing_text_share')")
+        raise ConfigError(f"param '{key}': {what}; its records have: {', '.join(sorted(names)) or 'no fields'}")
+
+
+def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]:
+    """`refinery check`: the first `check_records` records of each source through clean's own checks (dedup
+    aside), in this process. ("note" | "error", line) findings; `context["clean"]` gets the projected
+    documents and characters per language that clean publishes, for the later stages' checks."""
+    findings: list[tuple[str, str]] = []
+    sources = params.input_sources()
+    cleaner = Cleaner(params)
+    projected_docs: Counter[str] = Counter()
+    projected_chars: Counter[str] = Counter()
+    for origin, (source, files) in enumerate(zip(sources, source_files(params, sources))):
+        # the first records of each file (of the first `check_records` files), so that every kind shows
+        per_file = max(1, params.check_records // len(files))
+        head = [dataclasses.replace(raw, origin=origin) for path in files[:params.check_records]
+                for raw in itertools.islice(iter_raw([path], params.max_record_bytes, source.format, Counter()),
+                                            per_file)]
+        parsed = [parse_raw(raw, params.max_record_bytes, source.fields) for raw in head]
+        check_text_field(source, head, parsed, True, params.max_missing_text_share)
+        rows = cleaner(head, Counter()) if head else []
+        num_sample = len(rows)
+        kept = [row for row in rows if row["reason"] is None]
+        scale = estimate_records(files, params, source) / max(1, num_sample)
+        for row in kept:
+            projected_docs[row["lang"]] += scale
+            projected_chars[row["lang"]] += scale * len(row["text"])
+        reasons = Counter(row["reason"] for row in rows if row["reason"] is not None)
+        langs = Counter(row["lang"] for row in rows if row["lang"])
+        fields: dict[str, None] = {}
+        for r in parsed:
+            if isinstance(r, Record):
+                fields.update(dict.fromkeys(["text", "id", *r.kept, *r.meta]))
+        top = ", ".join(f"{reason} {n}" for reason, n in reasons.most_common(4))
+        findings.append(("note", f"source {source.name!r}: {len(files)} file(s); of {num_sample} records from their "
+                                 "starts "
+                                 f"clean would keep {len(kept)} ({len(kept) / max(1, num_sample):.0%}) before dedup"
+                                 + (f"; dropped: {top}" if top else "")
+                                 + (f"; languages: {', '.join(f'{k} {n}' for k, n in langs.most_common(6))}"
+                                    if langs else "")
+                                 + (f"; fields: {', '.join(fields)}" if fields else "")
+                                 + f"; about {round(scale * num_sample):,} records in all"))
+        if num_sample and not kept:
+            found = ", ".join(f"{k} {n}" for k, n in langs.most_common(4) if k not in params.languages)
+            key = "clean.languages" if found else f"{source.key if source.key != STAGE else 'clean'}"
+            findings.append(("error", f"param {key!r}: source {source.name!r} would keep none of "
+                                      f"{num_sample} records (dropped: {top}"
+                                      + (f"; languages found: {found}; kept: {', '.join(params.languages)})"
+                                         if found else ")")))
+    for lang in params.languages:
+        if not projected_docs[lang]:
+            findings.append(("note", f"clean.languages lists {lang!r}, but no source's first records are in it"))
+    context["clean"] = {"docs": dict(projected_docs), "chars": dict(projected_chars)}
+    return findings
+
+
+def estimate_records(files: list[str], params: Params, source: InputSource, limit: int = 100_000) -> float:
+    """The records in `files`: counted, file after file, until `limit` records; the files not counted by
+    their bytes, at the counted files' records per byte."""
+    num_counted = bytes_counted = 0
+    for i, path in enumerate(files):
+        if num_counted >= limit:
+            rest = sum(input_size(f) for f in files[i:])
+            return num_counted + num_counted / max(1, bytes_counted) * rest
+        records = iter_raw([path], params.max_record_bytes, source.format, Counter())
+        num_counted += sum(1 for _ in itertools.islice(records, limit - num_counted))  # a huge file: a lower bound
+        bytes_counted += input_size(path)
+    return num_counted
 
 
 def run(params: Params) -> dict[str, Any]:
-    """Clean `params.input` into `params.out_dir`; return the metrics (written to `detail_path`,
-    the headline to `metrics_path`)."""
+    """Clean `params.input` (its sources) into `params.out_dir`; return the metrics (written to
+    `detail_path`, the headline to `metrics_path`)."""
     check_owned_paths(STAGE, {"input": params.input}, {"out_dir": params.out_dir}, {"work_dir": params.work_dir})
     stage = CleanStage(params)
     metrics = stage.run(stage.files)

@@ -128,7 +128,7 @@ class SemanticFilter(FilterStage):
         if score >= self.cutoffs.get(row["lang"], self.cutoffs["*"]):
             return Kept({**row, "quality_score": score})
         return Dropped(row["id"], f"semantic:{result['category']}", row["source"], json.dumps(row, ensure_ascii=False),
-                       row["lang"], row["lang_prob"], score=score)
+                       row["lang"], row["lang_prob"], score=score, file=row.get("file"))
 
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         out = {f"threshold.{lang}": t for lang, t in self.cutoffs.items()}

@@ -270,7 +270,7 @@ def test_hostile_records_are_quarantined_and_every_record_accounted_for(tmp_path
     assert records["invalid:oversized"].endswith(" bytes are kept]") and len(records["invalid:oversized"]) < 70_000
     assert "\\udc00" in next(q["record"] for q in quarantine if q["reason"] == "invalid:surrogate"
                               and q["id"].startswith("h-"))
-    bad_row = next(q for q in quarantine if q["source"].endswith("b.parquet"))
+    bad_row = next(q for q in quarantine if q["file"].endswith("b.parquet"))
     assert bad_row["reason"] == "invalid:bad_utf8" and json.loads(bad_row["record"])["text"] == "bad \\xff utf-8"
     assert metrics["num_read"] == 12 == len(docs) + len(quarantine)  # 9 lines, 2 rows, 1 text file
     assert metrics["num_kept"] + metrics["num_quarantined"] == metrics["num_read"]
@@ -407,7 +407,7 @@ def test_kept_fields_are_typed_columns_and_misfits_become_null(tmp_path):
     metrics = clean.run(params)
     docs, _ = outputs(params)
     schema = pq.read_schema(Path(params.out_dir) / "docs" / "part-00000.parquet")
-    assert [(f.name, str(f.type)) for f in schema][6:] == [
+    assert [(f.name, str(f.type)) for f in schema][7:] == [
         ("n", "string"), ("score", "double"), ("flag", "bool"), ("meta.tags", "string"), ("meta.site", "string")]
     # n mixes an int and a string in the first records: a JSON column; later misfits would be null.
     assert [(d["n"], d["score"], d["flag"], d["meta.tags"], d["meta.site"]) for d in docs] == [
@@ -432,8 +432,8 @@ def test_an_input_without_the_text_field_is_a_config_error_and_nothing_is_publis
     params = make_params(tmp_path, raw, num_workers=1)
     with pytest.raises(clean.ConfigError) as e:
         clean.run(params)
-    assert str(e.value) == (f"param 'clean.text_field': no record of {raw / 'x.parquet'} has field 'text'; its "
-                            "records have: content, id, url")
+    assert str(e.value) == (f"param 'clean.text_field': none of the 2 records of {raw / 'x.parquet'} has field "
+                            "'text'; its records have: content, id, url")
     assert not Path(params.out_dir).exists() and not Path(params.work_dir).exists()
     assert not Path(params.metrics_path).exists()
     metrics = clean.run(dataclasses.replace(params, text_field="content"))
@@ -469,3 +469,102 @@ def test_wet_input_accounts_for_every_record(tmp_path):
     assert metrics["num_read"] == 4 == len(docs) + len(quarantine) and metrics["warc_skipped.warcinfo"] == 1
     assert [d["url"] for d in docs] == ["https://a.example/en2", "https://a.example/en"]
     assert sorted(q["reason"] for q in quarantine) == ["dedup:exact", "lang:de"]
+
+
+EN3 = ("The library on the hill keeps old maps of the valley, and students come on rainy afternoons to trace the "
+       "roads that the farmers used before the railway was built across the plain.")
+ZH2 = "图书馆里收藏着山谷的旧地图，学生们常在下雨的午后来这里，描摹铁路修建之前农民们走过的小路和田间的河道。"
+MIXED_TEXTS = [EN, EN2, ZH, EN3, ZH2, DE]  # crawl: EN, EN3; export: EN2, ZH2; articles: ZH, DE
+
+
+def mixed_params(tmp_path: Path, **overrides) -> clean.Params:
+    from stages.common.runtime.params import from_dict
+    from tests.fixtures.mixed_corpus import SOURCES
+
+    sources = tuple(from_dict(clean.Source, s, prefix="clean.sources.") for s in SOURCES)
+    return make_params(tmp_path, tmp_path / "raw", num_workers=1, **{"sources": sources, **overrides})
+
+
+def test_sources_read_a_mixed_folder_each_with_its_own_fields(tmp_path):
+    from tests.fixtures.mixed_corpus import write_mixed_folder
+
+    num_records = write_mixed_folder(tmp_path / "raw", MIXED_TEXTS)
+    params = mixed_params(tmp_path)
+    metrics = clean.run(params)
+    docs, quarantine = outputs(params)
+    assert metrics["num_read"] == sum(num_records.values()) == len(docs) + len(quarantine)
+    assert {name: metrics[f"source.{name}.num_read"] for name in num_records} == num_records
+    assert {(d["source"], d["text"][:20]) for d in docs} == {(s, t[:20].replace("，", ",")) for s, t in [
+        ("crawl", EN), ("crawl", EN3), ("export", EN2), ("export", ZH2), ("articles", ZH)]}  # NFKC: full-width commas
+    assert metrics["source.crawl.num_kept"] == 2 and metrics["source.articles.num_kept"] == 1
+    by_source = {d["source"]: d for d in docs}
+    assert by_source["export"]["date"].startswith("2026-") and "source_score" in json.loads(by_source["export"]["meta"])
+    assert by_source["crawl"]["url"].startswith("https://crawl.example/") and by_source["articles"]["date"] == "2026-11-30"
+    assert by_source["export"]["file"].endswith("part-0.parquet")
+    assert sorted((q["source"], q["reason"]) for q in quarantine) == [
+        ("articles", "lang:de"), ("crawl", "invalid:http_status_404"), ("crawl", "invalid:warc_not_html"),
+        ("export", "invalid:non_string_text")]  # the row whose content is null
+    assert not any(q["reason"] == "invalid:missing_text" for q in quarantine)
+
+
+def test_one_text_field_for_a_mixed_folder_is_an_error_naming_the_file(tmp_path):
+    from tests.fixtures.mixed_corpus import write_mixed_folder
+
+    write_mixed_folder(tmp_path / "raw", MIXED_TEXTS)
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1, text_field="content")
+    with pytest.raises(clean.ConfigError, match=r"^param 'clean.text_field': none of the 2 records of .*articles.csv "
+                                                r"has field 'content'; its records have: date, id, text, title, url$"):
+        clean.run(params)
+    assert not Path(params.out_dir).exists() and not Path(params.work_dir).exists()
+
+
+def test_files_of_no_source_or_of_two_are_errors(tmp_path):
+    from tests.fixtures.mixed_corpus import write_mixed_folder
+
+    write_mixed_folder(tmp_path / "raw", MIXED_TEXTS)
+    two = mixed_params(tmp_path)
+    two = dataclasses.replace(two, sources=(*two.sources, clean.Source(name="all_csv", path="**/*.csv")))
+    with pytest.raises(clean.ConfigError, match=r"'clean.sources\[3\].path': .*articles.csv is also read by source "
+                                                r"'articles'"):
+        clean.run(two)
+    none = dataclasses.replace(two, sources=two.sources[:2])
+    with pytest.raises(clean.ConfigError, match=r"'clean.sources': 1 input file\(s\) belong to no source, e.g. "
+                                                r".*articles.csv"):
+        clean.run(none)
+
+
+def test_a_few_records_without_text_are_quarantined_but_many_are_an_error(tmp_path):
+    raw = tmp_path / "raw"
+    good = [{"id": f"g{i}", "text": f"{EN} {i}"} for i in range(95)]
+    write_jsonl(raw / "a.jsonl", good + [{"id": f"b{i}", "body": EN} for i in range(5)])
+    params = make_params(tmp_path, raw, num_workers=1, dedup=clean.DedupParams(near=False))
+    assert clean.run(params)["dropped.invalid:missing_text"] == 5  # 5%: quarantined one by one
+    write_jsonl(raw / "a.jsonl", good + [{"id": f"b{i}", "body": EN} for i in range(6)])
+    with pytest.raises(clean.ConfigError, match=r"'clean.text_field': 6 of the 101 records of .*a.jsonl lack field "
+                                                r"'text' \(more than a share of 0.05: 'clean.max_missing_text_share'\)"):
+        clean.run(params)
+
+
+@pytest.mark.parametrize("source, message", [
+    ({"name": "a b"}, r"'clean.sources\[0\].name': 'a b' must be 1-64 letters"),
+    ({"name": "x", "format": "xml"}, r"'clean.sources\[0\].format': must be one of auto"),
+    ({"name": "x", "keep_fields": ["lang"]}, r"'clean.sources\[0\].keep_fields\[0\]': 'lang' is a column name"),
+    ({"name": "x", "rename": {"a": "c", "b": "c"}}, r"'clean.sources\[0\].rename.a': must be a new"),
+    ({"name": "x", "colour": 1}, r"unknown param 'clean.sources\[0\].colour'"),
+])
+def test_invalid_sources_are_named(source, message):
+    section = {**yaml_section(), "sources": [source]}
+    with pytest.raises(ValueError, match=message):
+        from_dict_clean(section)
+
+
+def yaml_section() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "params.yaml").read_text())["clean"]
+
+
+def from_dict_clean(section: dict) -> clean.Params:
+    from stages.common.runtime.params import from_dict
+
+    return from_dict(clean.Params, section, prefix="clean.")

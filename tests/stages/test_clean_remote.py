@@ -33,7 +33,7 @@ def local_and_remote(tmp_path_factory, s3_server):
 
 
 def without_source(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "source"} for row in rows]
+    return [{k: v for k, v in row.items() if k not in ("source", "file")} for row in rows]
 
 
 def test_remote_input_gives_the_local_output(tmp_path, local_and_remote, caplog):
@@ -45,7 +45,7 @@ def test_remote_input_gives_the_local_output(tmp_path, local_and_remote, caplog)
     assert metrics["num_read"] == metrics["num_kept"] + metrics["num_quarantined"] == local_metrics["num_read"]
     assert without_source(docs) == without_source(local_docs)  # same ids, texts, languages, meta
     assert without_source(quarantine) == without_source(local_quarantine)
-    assert {row["source"] for row in docs + quarantine} == {f"{url}/part-0.jsonl.gz"}
+    assert {row["file"] for row in docs + quarantine} == {f"{url}/part-0.jsonl.gz"}
     written = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert SECRET.encode() not in written and SECRET not in caplog.text
 
@@ -94,7 +94,7 @@ def test_a_presigned_https_input_leaves_its_signature_nowhere(tmp_path, local_an
     docs, quarantine = outputs(params)
     assert without_source(docs) == without_source(local_docs) and without_source(quarantine) == without_source(
         local_quarantine)
-    assert {row["source"] for row in docs + quarantine} == {f"{base}/part-0.jsonl.gz"}
+    assert {row["file"] for row in docs + quarantine} == {f"{base}/part-0.jsonl.gz"}
     written = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert SECRET.encode() not in written and SECRET not in caplog.text
 

@@ -158,9 +158,46 @@ def check_stage_params(stage: DvcStage, params: Mapping[str, Any], params_path: 
     return None
 
 
-def check_workspace(root: Path, params_path: Path | None = None) -> list[str]:
+def check_stage_data(stages: list[DvcStage], params: Mapping[str, Any], root: Path) -> tuple[list[str], list[str]]:
+    """(errors, notes) from each stage module's `check_data(params, context) -> [("error" | "note", line)]`,
+    in pipeline order: the data it would read (clean: the first records of each source) and what it
+    projects for the stages after it (through `context`). Run only once every section is valid."""
+    errors: list[str] = []
+    notes: list[str] = []
+    context: dict[str, Any] = {"params": params, "root": root}
+    cwd = Path.cwd()
+    os.chdir(root)  # relative paths in params.yaml are relative to the workspace, as when DVC runs a stage
+    try:
+        for stage in stages:
+            module = importlib.import_module(stage.module) if stage.module else None
+            hook = getattr(module, "check_data", None)
+            if hook is None:
+                continue
+            pending = [path for path in (interpolate(dep, params) for dep in stage.deps)
+                       if (made_by := maker(path, stages, params)) and made_by != stage.name
+                       and not input_exists(path)]
+            if pending:
+                notes.append(f"{stage.name}: its data is not checked: {pending[0]} is made by stage "
+                             f"{maker(pending[0], stages, params)!r}, which has not run yet")
+                continue
+            section = getattr(module, "STAGE", stage.name)
+            built = from_dict(module.Params, params[section] or {}, prefix=f"{section}.")
+            try:
+                findings = hook(built, context)
+            except ConfigError as e:
+                findings = [("error", _one_line(e))]
+            for level, line in findings:
+                (errors if level == "error" else notes).append(f"{stage.name}: {line}" if level == "note" else line)
+    finally:
+        os.chdir(cwd)
+    return errors, notes
+
+
+def check_workspace(root: Path, params_path: Path | None = None, read_data: bool = True) -> list[str]:
     """Every mistake found in the params file (default `<root>/params.yaml`) and the inputs it names, one
-    line each; empty when the pipeline can start. Relative paths are relative to `root`, where DVC runs."""
+    line each; empty when the pipeline can start. Relative paths are relative to `root`, where DVC runs.
+    With `read_data`, once the params are valid, the stages also look at the data (`check_stage_data`);
+    what they find besides mistakes is printed."""
     params_path = root / "params.yaml" if params_path is None else params_path
     params = read_params(params_path)
     stages = read_dvc_stages(root)
@@ -190,6 +227,11 @@ def check_workspace(root: Path, params_path: Path | None = None) -> list[str]:
             errors.append(f"param {reference.group(1)!r}: {path} does not exist and no stage in dvc.yaml makes it"
                           if reference else
                           f"dvc.yaml: stage {stage.name!r} depends on {path}: it does not exist and no stage makes it")
+    if not errors and read_data:
+        data_errors, notes = check_stage_data(stages, params, root)
+        errors += data_errors
+        for note in notes:
+            print(note)
     return errors
 
 
@@ -201,10 +243,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, help="the workspace: dvc.yaml, params.yaml, the data (default: "
                                                   "the folder of --params, else the current folder)")
     parser.add_argument("--params", type=Path, help="the params file to check (default: <root>/params.yaml)")
+    parser.add_argument("--params-only", action="store_true", help="check params.yaml and that inputs exist, "
+                                                                   "without reading the data")
     args = parser.parse_args(argv)
     root = args.root or (args.params.parent if args.params else Path.cwd())
     try:
-        errors = check_workspace(root, args.params)
+        errors = check_workspace(root, args.params, read_data=not args.params_only)
     except ConfigError as e:  # no params file, or no pipeline to check it against
         errors = [_one_line(e)]
     for error in errors:

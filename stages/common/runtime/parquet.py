@@ -14,7 +14,8 @@ DOC_SCHEMA = pa.schema([
     ("text", pa.large_string()),
     ("lang", pa.string()),
     ("lang_prob", pa.float32()),
-    ("source", pa.string()),
+    ("source", pa.string()),  # the input source (clean.sources) it came from
+    ("file", pa.string()),  # the input file it came from
     ("meta", pa.string()),  # the record's other fields, as JSON
 ])
 
@@ -25,6 +26,7 @@ QUARANTINE_SCHEMA = pa.schema([
     ("lang", pa.string()),
     ("lang_prob", pa.float32()),
     ("source", pa.string()),
+    ("file", pa.string()),
     ("index", pa.int64()),
     ("dup_of", pa.string()),
     ("score", pa.float32()),  # the deciding score where a model decided (semantic_filter), else null

@@ -57,18 +57,19 @@ class Dropped:
     """A document the stage drops: its quarantine row, less the stage's name."""
     id: str
     reason: str  # counted under `dropped.<reason>`
-    source: str | None
+    source: str | None  # the input source (clean.sources) it came from
     record: str  # the original record, as JSON
     lang: str | None = None
     lang_prob: float | None = None
     index: int | None = None  # the record's position in its input file, where the stage knows it
     dup_of: str | None = None
     score: float | None = None  # the deciding score, where a model decided
+    file: str | None = None  # the input file it came from
 
     def row(self, stage: str) -> dict[str, Any]:
         return {"id": self.id, "stage": stage, "reason": self.reason, "lang": self.lang, "lang_prob": self.lang_prob,
-                "source": self.source, "index": self.index, "dup_of": self.dup_of, "score": self.score,
-                "record": self.record}
+                "source": self.source, "file": self.file, "index": self.index, "dup_of": self.dup_of,
+                "score": self.score, "record": self.record}
 
 
 Verdict = Kept | Dropped
@@ -100,6 +101,8 @@ class FilterStage(ABC):
         self.counts: Counter[str] = Counter()  # num_read, num_shards, num_shards_resumed; a stage may add its own
         self.reasons: Counter[str] = Counter()
         self.kept_langs: Counter[str] = Counter()
+        self.read_sources: Counter[str] = Counter()  # the funnel per input source (the docs' `source` column)
+        self.kept_sources: Counter[str] = Counter()
         self.timings: Counter[str] = Counter()  # the deciders' phases, plus the driver's `review_and_write`
 
     @abstractmethod
@@ -158,9 +161,13 @@ class FilterStage(ABC):
                         if isinstance(verdict, Kept):
                             docs.write(verdict.row)
                             self.kept_langs[verdict.row["lang"]] += 1
+                            source = verdict.row.get("source")
+                            self.kept_sources[source] += 1
                         else:
                             self.reasons[verdict.reason] += 1
                             quarantine.write(verdict.row(self.name))
+                            source = verdict.source
+                        self.read_sources[source] += 1
                     self.timings["review_and_write"] += time.thread_time() - t0
                     bar.update(len(results))
             docs.close()
@@ -183,6 +190,9 @@ class FilterStage(ABC):
             "num_shards_resumed": self.counts["num_shards_resumed"],  # finished by an earlier, failed run
             **{f"dropped.{reason}": n for reason, n in sorted(self.reasons.items())},
             **{f"kept.{lang}": n for lang, n in sorted(self.kept_langs.items())},
+            **{f"source.{source}.{what}": counts[source] for source in sorted(self.read_sources, key=str)
+               if source is not None for what, counts in (("num_read", self.read_sources),
+                                                           ("num_kept", self.kept_sources))},
         }
         metrics.update(self.stage_metrics(metrics))
         write_metrics(metrics, self.headline(metrics), p.metrics_path, p.detail_path)

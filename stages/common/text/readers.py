@@ -84,20 +84,33 @@ _STREAM_ERRORS = (EOFError, OSError, zlib.error, zstandard.ZstdError)
 class RawRecord:
     source: str  # path as given (relative stays relative: ids do not depend on the checkout); a URL redacted
     index: int  # 1-based line (JSONL), row (Parquet) or 1 (text file)
-    kind: str  # "json" | "row" | "text"
-    payload: Any  # bytes for json/text (only the first bytes when over the size limit), dict for row
+    kind: str  # "json" | "row" | "warc" (a row whose text and id are the record's own) | "text"
+    payload: Any  # bytes for json/text (only the first bytes when over the size limit), dict for row/warc
     num_bytes: int  # the record's full size as read
     error: str = ""  # a reason the reader already found (a Parquet value that cannot be converted)
     derived_id: str = ""  # `derive_id` of the whole record, set where `payload` holds only its start
+    origin: int = 0  # which input source it came from (clean.sources), for the reader's caller
+
+
+ROW_KINDS = ("row", "warc")  # records whose payload is already a dict of fields
 
 
 @dataclass(frozen=True)
 class FieldMap:
     """Where a record's text, id and kept fields are: field names, or dotted paths into nested objects
-    (`payload.content`; a field whose own name has a dot is found first)."""
+    (`payload.content`; a field whose own name has a dot is found first), looked up after `rename`
+    ((old, new) pairs of top-level field names). A WARC/WET record's text and id are always its own
+    (`text`, `id`), whatever `text` and `id` say."""
     text: str = "text"
     id: str = "id"
     keep: tuple[str, ...] = ()
+    rename: tuple[tuple[str, str], ...] = ()
+
+    def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if not self.rename:
+            return obj
+        names = dict(self.rename)
+        return {names.get(key, key): value for key, value in obj.items()}
 
 
 DEFAULT_FIELDS = FieldMap()
@@ -561,7 +574,7 @@ def warc_record(path: str, index: int, rec: WarcBlock) -> RawRecord:
     if rec.record_type == "conversion":
         row["text"] = rec.block.decode("utf-8", errors="replace")
         error = "invalid:warc_truncated" if "warc-truncated" in h else ""
-        return RawRecord(path, index, "row", row, len(rec.block), error)
+        return RawRecord(path, index, "warc", row, len(rec.block), error)
     error, status, http_headers, body = _http_response(rec.block)
     content_type = http_headers.get("content-type", "")
     row.update(http_status=status, content_type=content_type or None)
@@ -575,7 +588,7 @@ def warc_record(path: str, index: int, rec: WarcBlock) -> RawRecord:
         error, body = _decoded_body(body, http_headers)
     if error in ("", "invalid:warc_truncated"):
         row["text"] = body.decode(_charset(content_type, body), errors="replace")
-    return RawRecord(path, index, "row", row, len(rec.block), error)
+    return RawRecord(path, index, "warc", row, len(rec.block), error)
 
 
 def _http_response(block: bytes) -> tuple[str, int | None, dict[str, str], bytes]:
@@ -745,8 +758,10 @@ def field_names(obj: dict[str, Any], prefix: str = "", depth: int = 2) -> list[s
 
 def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_FIELDS) -> Record | Rejection:
     """Validate one raw record; every failure becomes a `Rejection` with a reason, never an exception."""
-    if raw.kind == "row":
-        obj: Any = raw.payload
+    if raw.kind == "warc":
+        fields = FieldMap("text", "id", fields.keep, fields.rename)
+    if raw.kind in ROW_KINDS:
+        obj: Any = fields.renamed(raw.payload)
         original = json.dumps(obj, ensure_ascii=False, default=str)
         fallback_id = derive_id(raw.source, raw.index, original.encode())
         if raw.error:  # the reader's reason; a record whose values did not decode keeps no id of its own
@@ -776,6 +791,7 @@ def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_
                 return Rejection(fallback_id, "invalid:bad_json", raw.source, raw.index, original)
             if not isinstance(obj, dict):
                 return Rejection(fallback_id, "invalid:not_object", raw.source, raw.index, original)
+            obj = fields.renamed(obj)
     given_id = get_field(obj, fields.id)
     record_id = str(given_id) if isinstance(given_id, (str, int)) and str(given_id) else fallback_id
     if raw.kind == "json":
@@ -790,7 +806,7 @@ def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_
         return Rejection(record_id, "invalid:missing_text", raw.source, raw.index, original)
     if not isinstance(text, str):
         return Rejection(record_id, "invalid:non_string_text", raw.source, raw.index, original)
-    if raw.kind == "row" and len(text.encode("utf-8", errors="surrogatepass")) > max_record_bytes:
+    if raw.kind in ROW_KINDS and len(text.encode("utf-8", errors="surrogatepass")) > max_record_bytes:
         return Rejection(record_id, "invalid:oversized", raw.source, raw.index, original)
     if not text.strip():
         return Rejection(record_id, "invalid:empty", raw.source, raw.index, original)
