@@ -60,6 +60,12 @@ def funnel_lines(clean: Mapping[str, Any], semantic: Mapping[str, Any], ppl: Map
         lines.append(f"{'  ' + lang:<24}{'':>8}{_count(clean.get(f'kept.{lang}')):>8}"
                      f"{_count(semantic.get(f'kept.{lang}')):>10}"
                      + "".join(f"{_count(ppl.get(f'docs.{lang}.{t}')):>8}" for t in TIERS))
+    sources = sorted({k.split(".")[1] for k in clean if k.startswith("source.") and k.endswith(".num_read")})
+    if len(sources) > 1:  # the funnel of each input source (clean.sources)
+        for source in sources:
+            lines.append(f"{'  source ' + source:<24}{_count(clean.get(f'source.{source}.num_read')):>8}"
+                         f"{_count(clean.get(f'source.{source}.num_kept')):>8}"
+                         f"{_count(semantic.get(f'source.{source}.num_kept')):>10}")
     dropped = clean.get("num_quarantined", 0) + semantic.get("num_quarantined", 0)
     lines.append(f"  ({_count(dropped)} quarantined, each with its reason, in data/*/quarantine)")
     if ppl:

@@ -54,3 +54,17 @@ def test_summary_before_anything_ran_says_so(tmp_path: Path) -> None:
     text = summary_text(workspace(tmp_path))
     assert "clean stage has not run yet" in text and "train stage has not run yet" in text
     assert "export stage has not run yet" in text
+
+
+def test_summary_shows_the_funnel_of_each_source(tmp_path: Path) -> None:
+    sources = {"source.crawl.num_read": 32, "source.crawl.num_kept": 20, "source.export.num_read": 51,
+               "source.export.num_kept": 11}
+    root = workspace(tmp_path, clean={"num_read": 83, "num_kept": 31, "num_quarantined": 52, "kept.en": 31, **sources},
+                     semantic_filter={"num_read": 31, "num_kept": 29, "kept.en": 29, "source.crawl.num_kept": 19,
+                                      "source.export.num_kept": 10})
+    lines = summary_text(root).splitlines()
+    assert "  source crawl                32      20        19" in lines
+    assert "  source export               51      11        10" in lines
+    one = workspace(tmp_path, clean={"num_read": 83, "num_kept": 31, "source.demo.num_read": 83,
+                                     "source.demo.num_kept": 31})
+    assert "source demo" not in summary_text(one)  # one source: the language rows say it all

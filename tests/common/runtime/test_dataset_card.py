@@ -89,7 +89,7 @@ def test_card_follows_the_written_schema_and_loads_with_hf_datasets(tmp_path):
     assert folder_load == glob_load
     assert folder_load["num_rows"] == 5 and [r["id"] for r in folder_load["rows"]] == [f"d{i}" for i in range(5)]
     assert folder_load["features"] == {"id": "string", "text": "large_string", "lang": "string",
-                                       "lang_prob": "float32", "source": "string", "meta": "string",
+                                       "lang_prob": "float32", "source": "string", "file": "string", "meta": "string",
                                        "year": "int64", "url": "string", "ok": "bool", "weight": "float64"}
     assert folder_load["rows"][1]["url"] is None and folder_load["rows"][2]["lang"] is None
 
