@@ -68,3 +68,16 @@ def test_summary_shows_the_funnel_of_each_source(tmp_path: Path) -> None:
     one = workspace(tmp_path, clean={"num_read": 83, "num_kept": 31, "source.demo.num_read": 83,
                                      "source.demo.num_kept": 31})
     assert "source demo" not in summary_text(one)  # one source: the language rows say it all
+
+
+def test_figures_of_stale_stages_are_marked(tmp_path: Path) -> None:
+    root = workspace(tmp_path, clean={"num_read": 100, "num_kept": 60, "kept.en": 60},
+                     train={"val.easy.perplexity": 25.97, "steps": 400})
+    (root / "metrics" / "export.csv").write_text(EXPORT_CSV)
+    fresh = summary_text(root)
+    assert "stale" not in fresh and "clean*" not in fresh
+    text = summary_text(root, frozenset({"train", "export"}))
+    assert "Trained model (stale): train would rerun" in text and "(stale) export would rerun" in text
+    assert "clean*" not in text
+    text = summary_text(root, frozenset({"clean"}))
+    assert "clean*" in text.splitlines()[0] and "* stale: clean would rerun" in text
