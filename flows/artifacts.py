@@ -8,6 +8,8 @@ and an experiment's files are gone with its worktree.
 from __future__ import annotations
 
 import csv
+import io
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,7 @@ MODEL_COLUMNS = {
     "val_ppl_hard": "val ppl hard", "val_ppl_all": "val ppl all",
 }
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
+BASELINE_COLUMN = "val_ppl_all"  # the figure the model comparison sets beside the baseline's
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
@@ -93,12 +96,33 @@ def _number(text: str) -> Any:
 
 def model_comparison(stage: StageInfo, root: Path) -> tuple[str, list[dict[str, Any]]] | None:
     """The stage's per-model table: its first CSV/TSV output with a `model` column, one row per model in
-    the file's order (the chain's), columns renamed for reading. None when it has none."""
+    the file's order (the chain's), columns renamed for reading, then each model's validation perplexity
+    in the baseline (the table as committed at HEAD: the run an experiment started from) and the change.
+    None when it has none."""
     for rel in table_files(stage, root):
         rows = read_table(root / rel)
         if rows and "model" in rows[0]:
-            return rel, [{MODEL_COLUMNS.get(k, k): v for k, v in row.items()} for row in rows]
+            baseline = {row["model"]: row.get(BASELINE_COLUMN) for row in committed_table(root, rel)}
+            out = []
+            for row in rows:
+                renamed = {MODEL_COLUMNS.get(k, k): v for k, v in row.items()}
+                base, now = baseline.get(row["model"]), row.get(BASELINE_COLUMN)
+                renamed[f"baseline {MODEL_COLUMNS[BASELINE_COLUMN]}"] = base
+                renamed["vs baseline"] = (f"{(now - base) / base:+.1%}" if isinstance(base, (int, float)) and base
+                                          and isinstance(now, (int, float)) else None)
+                out.append(renamed)
+            return rel, out
     return None
+
+
+def committed_table(root: Path, rel: str) -> list[dict[str, Any]]:
+    """The CSV/TSV file `rel` as committed at HEAD ([] outside git or where HEAD has no such file)."""
+    proc = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=root, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        return []
+    delimiter = TABLE_SUFFIXES[Path(rel).suffix.lower()]
+    return [{k: _number(v) for k, v in row.items()}
+            for row in csv.DictReader(io.StringIO(proc.stdout), delimiter=delimiter)]
 
 
 def output_rows(outs: tuple[str, ...], root: Path) -> list[dict[str, Any]]:
