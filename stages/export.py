@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
+from tqdm import tqdm
 
 from stages.common.compress.deployable import DeployLM
 from stages.common.compress.onnx_runtime import (
@@ -190,11 +191,13 @@ def measure(rows: dict[str, dict[str, Any]], params: Params, vocab_size: int, se
     sessions = {name: session(row["path"], params.num_threads) for name, row in rows.items()}
     b1: dict[str, list[float]] = {name: [] for name in rows}
     b8: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(params.latency_rounds):
-        for name, sess in sessions.items():
-            b1[name] += latency(sess, 1, seq_len, vocab_size, params.latency_runs)
-            b8[name] += latency(sess, params.throughput_batch_size, seq_len, vocab_size,
-                                max(3, params.latency_runs // 4))
+    with tqdm(total=params.latency_rounds * len(sessions), desc="export: latency", unit="model") as bar:
+        for _ in range(params.latency_rounds):
+            for name, sess in sessions.items():
+                b1[name] += latency(sess, 1, seq_len, vocab_size, params.latency_runs)
+                b8[name] += latency(sess, params.throughput_batch_size, seq_len, vocab_size,
+                                    max(3, params.latency_runs // 4))
+                bar.update()
     for name, row in rows.items():
         row["latency_ms_b1"] = round(min(b1[name]) * 1e3, 4)
         row["latency_ms_b1_median"] = round(float(np.median(b1[name])) * 1e3, 4)
@@ -227,10 +230,13 @@ def run(params: Params) -> dict[str, Any]:
         metrics.update({"parity.fp32_max_abs_diff": diff, "parity.fp32_argmax_agreement": agree})
         if diff > params.parity_tolerance:
             raise RuntimeError(f"FP32 ONNX differs from torch by {diff:.3g} > {params.parity_tolerance}")
+        log.info("export: FP32 ONNX written, max |logit difference| from torch %.2g", diff)
         qat = load_quantized(qat_dir / "qat")
         int8_path = export_int8(qat, onnx_dir / INT8_NAME, scratch)
         metrics.update(int8_parity(session(int8_path, params.num_threads), qat, params, final.config.max_seq_len))
         check_int8_parity(metrics, params)
+        log.info("export: INT8 ONNX written and checked against its fake-quant model; exporting the other %d "
+                 "models of the chain for the comparison", len(steps) + 1)
 
         # -- every model of the chain, for the report --
         rows: dict[str, dict[str, Any]] = {
@@ -250,7 +256,7 @@ def run(params: Params) -> dict[str, Any]:
             with quantizer_notes_silenced():
                 quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
             rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
-        for name, row in rows.items():
+        for name, row in tqdm(rows.items(), desc="export: validation perplexity", unit="model"):
             row["file_mb"] = round(Path(row["path"]).stat().st_size / 2**20, 4)
             sess = session(row["path"], params.num_threads)
             ppl = tier_perplexity(lambda w, s=sess: ort_token_nll(s, w), params.tokens_dir,
@@ -273,6 +279,7 @@ def run(params: Params) -> dict[str, Any]:
                 if key not in ("model", "precision"):
                     metrics[f"{row['model']}.{key}"] = value
         metrics.update(ratios(rows))
+        log.info("export: generating the FP32 and INT8 samples")
         samples = generate_samples(fp32_path, int8_path, params)
         (out / "samples.json").write_text(json.dumps(samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         cfg = final.config
