@@ -1,19 +1,23 @@
 """`perplexity` stage: train a reference LM, score every document, tier by per-language percentiles,
 and write the tiered token shards the `train` stage reads.
 
-1. tokenize every document (parallel, Rust) into a scratch token file, in input order;
+1. tokenize every document (parallel, Rust) into a scratch token file, in input order; the split (a hash
+   of each id) is then known, and each split must be able to give every tier `min_tokens_per_tier`, what
+   the train stage reads of it (`check_split_tokens`: ConfigError naming `val_fraction` otherwise);
 2. reference LM: trained on the reference subset's training-split documents (the top
    `reference.subset_fraction` of each language by `quality_score` when the input has that column,
    else a seeded hash sample) or on the user's `reference.input_dir`, or loaded from
    `reference.checkpoint` (those two paths are not DVC deps: add them to dvc.yaml to have them tracked).
    It trains with the train stage's loop (`stages.common.training.trainer`), in this process (no
-   torchrun, no checkpoints), on uniform random windows of its documents (`WindowSampler`);
+   torchrun, no checkpoints), on uniform random windows of its documents (`WindowSampler`), for
+   `reference.steps` or fewer: no more than `reference.max_epochs` passes over its tokens (`reference_steps`);
 3. score every document (`stages.common.lm.scoring`): perplexity = exp(mean token NLL), on shards of
    `read_batch_docs` documents: in this process (executor local) or as Ray tasks on CPU workers, the
    model in the object store once (executor ray; stages/common/runtime/executor.py). Each shard's scores stay
    in `work_dir` with a completion marker until the stage succeeds: a rerun with the same reference LM
    rescores only unfinished shards;
-4. cutoffs per language at `percentiles` (or pooled, or frozen from a CSV) -> easy/medium/hard;
+4. cutoffs per language at `percentiles` (or pooled, or frozen from a CSV) -> easy/medium/hard; every
+   (split, tier) holds `min_tokens_per_tier` of its split, checked again before anything is written;
 5. write, streaming the input again:
 
     <out_dir>/docs/part-*.parquet          input columns + perplexity, tier, split, num_tokens
@@ -28,6 +32,7 @@ Every document lands in exactly one (split, tier) shard; checked before anything
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import shutil
@@ -71,6 +76,7 @@ from stages.common.lm.token_shards import (
     TokenShard,
     TokenShardWriter,
     WindowSampler,
+    format_tiers,
     hash_unit,
     is_validation,
 )
@@ -81,7 +87,7 @@ from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_pre
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.metrics import select, write_metrics
-from stages.common.runtime.params import param, validate
+from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.runtime.parquet import PartWriter, iter_rows, read_table
 from stages.common.training.optim import OptimParams
 from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
@@ -112,13 +118,24 @@ class ReferenceParams:
     preset: str = param("cpu_small", choices=PRESETS)
     # per language: the top share by quality_score, else a seeded sample
     subset_fraction: float = param(0.3, gt=0.0, max=1.0)
-    steps: int = param(300, min=1)
+    steps: int = param(300, min=1)  # at most; fewer when max_epochs is reached first (`reference_steps`)
+    # passes over the reference LM's training tokens: steps <= ceil(max_epochs x tokens / (batch_size x
+    # max_seq_len)), so a small corpus is not memorised; 0 = always `steps`
+    max_epochs: float = param(1.0, min=0.0)
     batch_size: int = param(16, min=1)
     optim: ReferenceOptim = field(default_factory=ReferenceOptim)
 
     def __post_init__(self) -> None:
         if self.checkpoint and self.input_dir:
             raise ValueError("params 'perplexity.reference.checkpoint' and '.input_dir' exclude each other")
+
+
+@dataclass(frozen=True)
+class TierTokens:
+    """Tokens (end-of-document tokens included) each tier of a split must hold: what the train stage reads
+    of it with its default params; 0 = no minimum."""
+    train: int = param(2049, min=0)  # one micro batch: train.micro_batch_size 8 x seq_len 256, + 1
+    val: int = param(257, min=0)  # one validation window: train's seq_len 256, + 1
 
 
 @dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
@@ -136,6 +153,7 @@ class Params:
     # placement=True (here and the executor params below): where the work runs, not what it computes
     num_threads: int = param(0, min=0, placement=True)  # torch CPU threads; 0 = torch's default (all cores)
     val_fraction: float = param(0.02, min=0.0, lt=1.0)  # documents held out (hash of id) for validation
+    min_tokens_per_tier: TierTokens = field(default_factory=TierTokens)  # per split: what train reads of a tier
     percentiles: tuple[float, ...] = param((33.3, 66.7), gt=0.0, lt=100.0)  # cutoffs easy|medium and medium|hard
     min_docs_per_lang: int = param(100, min=0)  # fewer: the language gets the pooled cutoffs
     cutoffs_from: str = "all"  # all | reference (the reference subset's scores) | path to a cutoffs CSV
@@ -232,6 +250,56 @@ def external_reference(params: Params, tokenizer: Tokenizer) -> tuple[list[np.nd
     return [e for e, v in zip(encoded, is_val) if not v], [e for e, v in zip(encoded, is_val) if v]
 
 
+def reference_steps(ref: ReferenceParams, num_tokens: int, seq_len: int) -> tuple[int, ReferenceOptim]:
+    """The reference LM's steps: `ref.steps`, or fewer where `ref.max_epochs` passes over its `num_tokens`
+    training tokens come first; the warmup keeps its share of the steps."""
+    steps = ref.steps
+    if ref.max_epochs:
+        steps = max(1, min(ref.steps, math.ceil(ref.max_epochs * num_tokens / (ref.batch_size * seq_len))))
+    warmup = min(ref.optim.warmup_steps, math.ceil(ref.optim.warmup_steps * steps / ref.steps))
+    return steps, dataclasses.replace(ref.optim, warmup_steps=warmup)
+
+
+def check_split_tokens(params: Params, doc_tokens: np.ndarray, splits: np.ndarray, tiers: np.ndarray | None) -> None:
+    """ConfigError unless every tier of each split can hold `min_tokens_per_tier` of that split. `doc_tokens`:
+    each document's tokens in the shards (its end-of-document token included). Without `tiers` (before the
+    reference LM has scored anything, when only the split is known): the split's documents and tokens against
+    three tiers' worth; with them: each (split, tier) shard."""
+    for s, split in enumerate(SPLITS):
+        need, in_split = getattr(params.min_tokens_per_tier, split), splits == s
+        if not need:
+            continue
+        if tiers is None:
+            num_split_docs, num_split_tokens = int(in_split.sum()), int(doc_tokens[in_split].sum())
+            if num_split_docs >= len(TIERS) and num_split_tokens >= len(TIERS) * need:
+                continue
+            found = f"{num_split_docs} documents, {num_split_tokens:,} tokens"
+            needed = f"{len(TIERS)} documents and {len(TIERS) * need:,} tokens, {need:,} per tier"
+        else:
+            sizes = {tier: int(doc_tokens[in_split & (tiers == t)].sum()) for t, tier in enumerate(TIERS)}
+            if min(sizes.values()) >= need:
+                continue
+            found, needed = f"tiers of {format_tiers(sizes)} tokens", f"{need:,} tokens in each tier"
+        raise ConfigError(split_error(params, split, found, needed, len(splits), int(doc_tokens.sum())))
+
+
+def split_error(params: Params, split: str, found: str, needed: str, num_docs: int, num_tokens: int) -> str:
+    """One line: what the split holds, what the train stage needs of it, and the param to change."""
+    if split == "train":
+        return (f"param 'perplexity.min_tokens_per_tier.train': the training split ({num_docs} documents, "
+                f"val_fraction {params.val_fraction:g}) holds {found}; the train stage needs {needed} (one micro "
+                "batch: train.micro_batch_size x seq_len, + 1): add documents, lower perplexity.val_fraction, or "
+                "lower train.micro_batch_size or train.seq_len and this minimum with them")
+    # A share that holds twice what is needed on average: tiers and the hash split are uneven.
+    share = math.ceil(200 * max(len(TIERS) * params.min_tokens_per_tier.val / max(1, num_tokens),
+                                len(TIERS) / num_docs)) / 100
+    return (f"param 'perplexity.val_fraction': {params.val_fraction:g} of {num_docs} documents gives a validation "
+            f"split of {found}; the train stage's validation needs {needed} (perplexity.min_tokens_per_tier.val: "
+            "one window of its seq_len, + 1): raise perplexity.val_fraction"
+            + (f" (about {share:g} for this corpus)" if share < 0.5
+               else f"; this corpus ({num_tokens:,} tokens) is too small to hold that out: add documents"))
+
+
 def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos_id: int, precision: str,
                     device: torch.device, scratch: Path) -> tuple[Transformer, dict[str, Any]]:
     ref = params.reference
@@ -244,17 +312,21 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
     model = Transformer(preset(ref.preset, vocab_size)).to(device)
     seq_len = model.config.max_seq_len
     if shard.num_windows(seq_len) < 1:
-        raise ValueError(f"reference subset holds {shard.num_tokens} tokens, fewer than one {seq_len + 1}-token "
-                         "window: raise reference.subset_fraction or use a preset with a shorter max_seq_len")
+        raise ConfigError(f"param 'perplexity.reference.subset_fraction': the reference LM's {len(docs)} training "
+                          f"documents hold {shard.num_tokens} tokens, fewer than one {seq_len + 1}-token window of "
+                          f"preset {ref.preset}: raise reference.subset_fraction or use a preset with a shorter "
+                          "max_seq_len")
 
     # Clipping at the fixed optim.grad_clip only: the train stage's adaptive threshold is not a
     # perplexity.reference param.
-    cfg = TrainConfig(max_steps=ref.steps, micro_batch_size=ref.batch_size, gradient_accumulation_steps=1,
-                      seq_len=seq_len, precision=precision, optim=ref.optim, dynamic_clip=DynamicClip(enabled=False),
+    steps, optim = reference_steps(ref, shard.num_tokens, seq_len)
+    cfg = TrainConfig(max_steps=steps, micro_batch_size=ref.batch_size, gradient_accumulation_steps=1,
+                      seq_len=seq_len, precision=precision, optim=optim, dynamic_clip=DynamicClip(enabled=False),
                       eval_windows=0)
     trainer = in_process(model, WindowSampler(shard, seq_len, ref.batch_size, params.seed), cfg, device)
-    log.info("perplexity: training reference LM (%s, %.2fM params, %s) on %d docs, %d tokens, %d steps",
-             ref.preset, model.num_params() / 1e6, precision, len(docs), shard.num_tokens, ref.steps)
+    log.info("perplexity: training reference LM (%s, %.2fM params, %s) on %d docs, %d tokens, %d steps "
+             "(%.2f epochs)", ref.preset, model.num_params() / 1e6, precision, len(docs), shard.num_tokens, steps,
+             steps * ref.batch_size * seq_len / shard.num_tokens)
     t0 = time.perf_counter()
     model.train()
     trainer.fit({}, 0, 0, lambda: None, log_every=50, desc="reference LM", log_lines=True)
@@ -266,8 +338,9 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
         "reference.num_params": model.num_params(),
         "reference.num_docs": len(docs),
         "reference.num_tokens": shard.num_tokens,
-        "reference.steps": ref.steps,
+        "reference.steps": steps,
         "reference.tokens_seen": trainer.tokens_seen,
+        "reference.epochs": round(trainer.tokens_seen / shard.num_tokens, 4),
         "reference.first_loss": round(losses[0], 4),
         "reference.final_loss": round(float(np.mean(losses[-max(1, len(losses) // 10):])), 4),
         "reference.num_skipped_steps": trainer.counters.num_skipped_steps,
@@ -378,6 +451,8 @@ def run(params: Params) -> dict[str, Any]:
         corpus = tokenize_corpus(params, tokenizer, eos_id, scratch)
         num_docs = len(corpus.ids)
         splits = np.array([is_validation(i, params.seed, params.val_fraction) for i in corpus.ids], dtype=np.int8)
+        doc_tokens = np.diff(corpus.tokens.doc_offsets)  # end-of-document tokens included, as in the shards
+        check_split_tokens(params, doc_tokens, splits, None)
         in_reference = reference_subset(corpus, params.reference.subset_fraction, params.seed)
         seconds["tokenize"] = time.perf_counter() - t0
 
@@ -393,10 +468,11 @@ def run(params: Params) -> dict[str, Any]:
             train_docs, val_docs = external_reference(params, tokenizer)
             model, reference_metrics = train_reference(params, train_docs, vocab_size, eos_id, precision, device,
                                                        scratch)
-            nll, num_scored = score_documents(model, val_docs, eos_id, params.max_score_tokens,
-                                              params.score_batch_tokens, precision, device)
-            reference_metrics["reference.val_perplexity"] = round(float(np.exp(nll.sum() / num_scored.sum())), 4)
             reference_metrics["reference.val_num_docs"] = len(val_docs)
+            if val_docs:
+                nll, num_scored = score_documents(model, val_docs, eos_id, params.max_score_tokens,
+                                                  params.score_batch_tokens, precision, device)
+                reference_metrics["reference.val_perplexity"] = round(float(np.exp(nll.sum() / num_scored.sum())), 4)
         else:
             train_docs = [corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0))]
             model, reference_metrics = train_reference(params, train_docs, vocab_size, eos_id, precision, device,
@@ -417,6 +493,7 @@ def run(params: Params) -> dict[str, Any]:
         else:
             cutoffs = read_cutoffs(params.cutoffs_from)
         tiers = assign_tiers(perplexity, corpus.langs, cutoffs)
+        check_split_tokens(params, doc_tokens, splits, tiers)
 
         t0 = time.perf_counter()
         shards = write_outputs(params, corpus, perplexity, tiers, splits, vocab_size, eos_id, out)
@@ -447,7 +524,7 @@ def summarize(params: Params, corpus: Corpus, perplexity: np.ndarray, nll_sum: n
               tiers: np.ndarray, splits: np.ndarray, in_reference: np.ndarray, cutoffs: dict, shards: dict,
               reference_metrics: dict[str, Any], seconds: dict[str, float], total_seconds: float) -> dict[str, Any]:
     def corpus_ppl(mask: np.ndarray) -> float:  # token-weighted, as validation perplexity is usually reported
-        return round(float(np.exp(nll_sum[mask].sum() / num_scored[mask].sum())), 4) if mask.any() else float("nan")
+        return round(float(np.exp(nll_sum[mask].sum() / num_scored[mask].sum())), 4)
 
     val = splits == 1
     metrics: dict[str, Any] = {
@@ -455,16 +532,18 @@ def summarize(params: Params, corpus: Corpus, perplexity: np.ndarray, nll_sum: n
         "num_tokens": int(sum(w.num_tokens - w.num_docs for w in shards.values())),
         "num_scored_tokens": int(num_scored.sum()),
         # the reference LM's own validation documents: the subset's, unless it trained on reference.input_dir
-        "reference.val_perplexity": corpus_ppl(val & in_reference),
         "reference.val_num_docs": int((val & in_reference).sum()),
         **reference_metrics,
-        "val_perplexity": corpus_ppl(val),
         "num_val_docs": int(val.sum()),
         "num_pooled_langs": sum(1 for lang, c in cutoffs.items() if lang != POOLED and c.source == "pooled"),
         "score_tokens_per_s": round(float(num_scored.sum()) / seconds["score"], 1),
         **{f"seconds.{k}": round(v, 3) for k, v in seconds.items()},
         "seconds": round(total_seconds, 3),
     }
+    # A perplexity over no documents is left out, never NaN.
+    for key, mask in (("reference.val_perplexity", val & in_reference), ("val_perplexity", val)):
+        if key not in metrics and mask.any():
+            metrics[key] = corpus_ppl(mask)
     for (split, tier), writer in sorted(shards.items()):
         metrics[f"docs.{split}.{tier}"] = writer.num_docs
         metrics[f"tokens.{split}.{tier}"] = writer.num_tokens - writer.num_docs  # end-of-document ids not counted
@@ -478,9 +557,11 @@ def summarize(params: Params, corpus: Corpus, perplexity: np.ndarray, nll_sum: n
         for t, tier in enumerate(TIERS):
             mask = in_lang & (tiers == t)
             metrics[f"docs.{lang}.{tier}"] = int(mask.sum())
-            means[tier] = float(perplexity[mask].mean()) if mask.any() else float("nan")
-            metrics[f"mean_perplexity.{lang}.{tier}"] = round(means[tier], 4)
-        metrics[f"hard_easy_ratio.{lang}"] = round(means["hard"] / means["easy"], 4)
+            if mask.any():  # a language with pooled cutoffs can leave a tier empty
+                means[tier] = float(perplexity[mask].mean())
+                metrics[f"mean_perplexity.{lang}.{tier}"] = round(means[tier], 4)
+        if "hard" in means and "easy" in means:
+            metrics[f"hard_easy_ratio.{lang}"] = round(means["hard"] / means["easy"], 4)
         metrics[f"median_perplexity.{lang}"] = round(float(np.median(perplexity[in_lang])), 4)
         # How much lower the reference LM scores its own training documents than unseen ones (membership bias).
         seen, unseen = in_lang & in_reference & (splits == 0), in_lang & ~in_reference

@@ -1,15 +1,19 @@
 import csv
 import dataclasses
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from stages import perplexity, tokenizer
 from stages.common.lm import bpe
 from stages.common.lm.model import load_checkpoint
 from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, open_tiers
+from stages.common.runtime.params import ConfigError
 from stages.common.runtime.parquet import read_table
 from tests.fixtures.hf_datasets import expected_features, hf_load
 from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
@@ -32,9 +36,10 @@ def corpus(tmp_path_factory, one_torch_thread) -> tuple[Path, Path, list[dict]]:
 
 def make_params(tmp_path: Path, corpus, name: str = "run", **overrides) -> perplexity.Params:
     docs_dir, tok_dir, _ = corpus
-    reference = dataclasses.replace(perplexity.ReferenceParams(), preset="debug", steps=60, batch_size=16,
-                                    subset_fraction=0.5, optim=perplexity.ReferenceOptim(lr=1e-2, warmup_steps=5),
-                                    **overrides.pop("reference", {}))
+    # A fixed 60 steps (max_epochs 0): these tests check what a trained reference LM does with the documents.
+    reference = dataclasses.replace(perplexity.ReferenceParams(), **{
+        "preset": "debug", "steps": 60, "max_epochs": 0.0, "batch_size": 16, "subset_fraction": 0.5,
+        "optim": perplexity.ReferenceOptim(lr=1e-2, warmup_steps=5), **overrides.pop("reference", {})})
     settings = dict(input_dir=str(docs_dir), tokenizer_dir=str(tok_dir), out_dir=str(tmp_path / name / "out"),
                     model_dir=str(tmp_path / name / "model"), metrics_path=str(tmp_path / name / "metrics.json"),
                     detail_path=str(tmp_path / name / "metrics.detail.json"),
@@ -57,7 +62,7 @@ def test_every_document_scored_tiered_and_sharded(first_run, corpus):
     assert (out / "_SUCCESS").is_file() and not (out / "_scratch").exists()
     rows = read_table(out / "docs").to_pylist()
     assert [r["id"] for r in rows] == [d["id"] for d in docs]  # input order, nothing lost
-    assert set(rows[0]) == {"id", "text", "lang", "lang_prob", "source", "meta", "perplexity", "tier", "split",
+    assert set(rows[0]) == {"id", "text", "lang", "lang_prob", "source", "file", "meta", "perplexity", "tier", "split",
                             "num_tokens"}
     assert all(r["perplexity"] > 1 and r["tier"] in TIERS and r["split"] in SPLITS for r in rows)
     for lang in ("en", "zh"):  # per-language thirds
@@ -217,3 +222,71 @@ def test_checkpoint_with_another_vocabulary_is_refused(tmp_path, first_run, corp
     with pytest.raises(ValueError, match="vocabulary 400"):
         perplexity.run(bad)
     assert not Path(bad.out_dir).exists()  # nothing published
+
+
+def test_reference_steps_follow_the_token_count():
+    """`steps` is a cap: a small reference corpus gets about `max_epochs` passes, not 300 steps over it."""
+    demo = perplexity.ReferenceParams()  # 16 x 256 tokens a step
+    assert perplexity.reference_steps(demo, 2_742_897, 256) == (300, demo.optim)  # the demo: the cap comes first
+    steps, optim = perplexity.reference_steps(demo, 10_000, 256)  # ~21 documents
+    assert steps == 3 and optim.warmup_steps == 1 and optim.lr == demo.optim.lr
+    twice = dataclasses.replace(demo, max_epochs=2.0)
+    assert perplexity.reference_steps(twice, 100_000, 256)[0] == math.ceil(2 * 100_000 / 4096)
+    assert perplexity.reference_steps(dataclasses.replace(demo, max_epochs=0.0), 10_000, 256) == (300, demo.optim)
+
+
+def test_a_small_corpus_stops_before_the_reference_lm_in_one_line(tmp_path, corpus, monkeypatch, capsys):
+    """Thirty documents and the default val_fraction: no validation documents for the train stage. One line
+    naming the param and the counts, status 2, before the reference LM trains; nothing published."""
+    _, tok_dir, _ = corpus
+    docs_dir = write_docs(tmp_path / "docs", synthetic_docs(30, seed=5))
+    monkeypatch.setattr(perplexity, "train_reference", lambda *a: pytest.fail("trained the reference LM"))
+    section = {"input_dir": str(docs_dir), "tokenizer_dir": str(tok_dir), "out_dir": str(tmp_path / "out"),
+               "model_dir": str(tmp_path / "model"), "metrics_path": str(tmp_path / "m.json"),
+               "detail_path": str(tmp_path / "d.json"), "plot_path": str(tmp_path / "h.csv"),
+               "work_dir": str(tmp_path / "work"), "precision": "fp32", "reference": {"preset": "debug"}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"perplexity": section}))
+    with pytest.raises(SystemExit) as exit_code:
+        perplexity.main(["--params", str(tmp_path / "params.yaml")])
+    stderr = capsys.readouterr().err
+    err = [line for line in stderr.splitlines() if line.startswith("error:")]  # the others: progress bars
+    assert exit_code.value.code == 2 and len(err) == 1 and "Traceback" not in stderr, stderr
+    assert re.fullmatch(r"error: param 'perplexity\.val_fraction': 0\.02 of 30 documents gives a validation split of "
+                        r"\d documents, [\d,]+ tokens; the train stage's validation needs 3 documents and 771 tokens, "
+                        r"257 per tier .*: raise perplexity\.val_fraction \(about 0\.\d+ for this corpus\)", err[0])
+    assert not any(Path(tmp_path, name).exists() for name in ("out", "model", "m.json", "d.json"))
+
+
+def test_a_tier_short_of_tokens_stops_the_stage_before_anything_is_written(tmp_path, first_run, corpus):
+    """The split holds enough tokens for three tiers, but the tiers cut it unevenly: the check on each (split,
+    tier) runs once the tiers are known, before any shard or metric is written."""
+    _, metrics = first_run
+    sizes = {t: metrics[f"tokens.val.{t}"] + metrics[f"docs.val.{t}"] for t in TIERS}  # end-of-document tokens in
+    need = min(sizes.values()) + 1
+    assert 3 * need <= sum(sizes.values())  # so only the per-tier check can stop it
+    params = make_params(tmp_path, corpus, min_tokens_per_tier=perplexity.TierTokens(val=need))
+    with pytest.raises(ConfigError, match=rf"^param 'perplexity\.val_fraction': 0\.1 of 240 documents gives a "
+                                          rf"validation split of tiers of easy [\d,]+, medium [\d,]+, hard [\d,]+ "
+                                          rf"tokens; the train stage's validation needs {need:,} tokens in each tier"):
+        perplexity.run(params)
+    assert not Path(params.out_dir).exists() and not Path(params.model_dir).exists()
+    assert not Path(params.metrics_path).exists()
+    with pytest.raises(ConfigError, match=r"^param 'perplexity\.min_tokens_per_tier\.train': the training split "
+                                          r"\(240 documents, val_fraction 0\.1\) holds \d+ documents, [\d,]+ tokens; "
+                                          r"the train stage needs 3 documents and 3,000,000 tokens"):
+        perplexity.run(make_params(tmp_path, corpus, min_tokens_per_tier=perplexity.TierTokens(train=1_000_000)))
+
+
+def test_without_validation_documents_no_figure_is_nan(tmp_path, corpus):
+    """val_fraction 0 (allowed with min_tokens_per_tier.val 0): the validation perplexities are left out, not NaN;
+    and the reference LM, on its own few thousand tokens, trains about one pass over them, not 60 steps."""
+    params = make_params(tmp_path, corpus, val_fraction=0.0, min_tokens_per_tier=perplexity.TierTokens(val=0),
+                         reference={"max_epochs": 1.0})
+    metrics = perplexity.run(params)
+    assert metrics["num_val_docs"] == 0 and metrics["reference.val_num_docs"] == 0
+    assert "val_perplexity" not in metrics and "reference.val_perplexity" not in metrics
+    assert all(not isinstance(v, float) or math.isfinite(v) for v in metrics.values())
+    assert "ref_val_ppl" not in json.loads(Path(params.metrics_path).read_text())
+    tokens = metrics["reference.num_tokens"]
+    assert metrics["reference.steps"] == math.ceil(tokens / (16 * 64)) < 60
+    assert 1.0 <= metrics["reference.epochs"] < 1.0 + 16 * 64 / tokens
