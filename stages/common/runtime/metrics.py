@@ -5,9 +5,15 @@ A stage computes one flat dict of figures (`a.b.c` keys). `write_metrics` writes
 dvc.yaml declares as the stage's metrics: `dvc metrics show/diff` and `dvc exp show` stay one screen wide.
 Stages that report the same kind of figure use the same headline name (`num_read`, `kept.<lang>`,
 `docs_per_s`, `val_ppl.<tier>`, ...), so DVC puts them in one column.
+
+Every figure is a finite number (or a string, a flag): a NaN or an infinity is refused before either file is
+written, naming its key. A figure that cannot be measured (an empty split, an empty tier) is left out, or
+the stage stops earlier and says why; it never reaches `dvc metrics show` as NaN.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,8 +33,20 @@ def select(metrics: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return {k[len(prefix) + 1:]: v for k, v in sorted(metrics.items()) if k.startswith(prefix + ".")}
 
 
+def check_finite(metrics: Mapping[str, Any], path: str | Path) -> None:
+    """ValueError naming the figures bound for `path` that are NaN or infinite."""
+    bad = [k for k, v in sorted(metrics.items()) if isinstance(v, numbers.Real) and not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"{path}: metric {bad[0]!r} is {metrics[bad[0]]}, not a finite number"
+                         + (f" (also {', '.join(map(repr, bad[1:]))})" if bad[1:] else "")
+                         + ": a figure that cannot be measured is left out, not written as NaN")
+
+
 def write_metrics(metrics: Mapping[str, Any], headline: Mapping[str, Any], metrics_path: str | Path,
                   detail_path: str | Path) -> None:
-    """Every figure to `detail_path`, the headline (floats rounded) to `metrics_path`."""
+    """Every figure to `detail_path`, the headline (floats rounded) to `metrics_path`; nothing written when a
+    figure is not finite (`check_finite`)."""
+    check_finite(metrics, detail_path)
+    check_finite(headline, metrics_path)
     write_json(detail_path, dict(metrics))
     write_json(metrics_path, {k: rounded(v) for k, v in headline.items()})
