@@ -15,7 +15,8 @@ quantization-aware training (QAT) distilled from the FP32 model.
    INT8 ONNX graph computes up to rounding; `export` measures the ONNX models themselves).
 
 `python -m stages.qat` (the dvc.yaml command) launches `torchrun` with `nproc_per_node` workers, as
-the train stage does (stages.common.runtime.cli). QAT runs on CPU in fp32.
+the train stage does (stages.common.runtime.cli), once `check_inputs` passed: the token shards hold a micro
+batch and a validation window in every tier. QAT runs on CPU in fp32.
 
 Outputs (rank 0; each model = a normal checkpoint + its frozen quantizer state):
 
@@ -41,8 +42,16 @@ from stages.common.compress.deployable import DeployLM
 from stages.common.compress.distill import DistillOptim, DistillParams, finetune
 from stages.common.compress.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
 from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
-from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from stages.common.lm.token_shards import TIERS, TierMix, TierRatios, TierSampler, open_tiers, read_manifest
+from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint, read_config, save_checkpoint
+from stages.common.lm.token_shards import (
+    TIERS,
+    TierMix,
+    TierRatios,
+    TierSampler,
+    check_tier_tokens,
+    open_tiers,
+    read_manifest,
+)
 from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
@@ -119,16 +128,19 @@ def processes(params: Params) -> tuple[int, int]:
     return params.nproc_per_node, params.max_restarts
 
 
-def check_paths(params: Params) -> None:
-    """Inputs exist and outputs are this stage's to replace (ConfigError otherwise): first thing in every
-    worker, and before torchrun starts them."""
+def check_inputs(params: Params) -> None:
+    """Inputs exist, outputs are this stage's to replace and every tier of the token shards fills a micro
+    batch and a validation window (ConfigError otherwise): first thing in every worker, and before torchrun
+    starts them (it restarts failed workers whatever the cause)."""
     check_owned_paths(STAGE, {"model_dir": params.model_dir, "tokens_dir": params.tokens_dir},
                       {"out_dir": params.out_dir})
+    max_seq_len = read_config(Path(params.model_dir) / CHECKPOINT_NAME).max_seq_len
+    check_tier_tokens(params.tokens_dir, params.distill.shard_needs(STAGE, params.nproc_per_node, max_seq_len))
 
 
 def run(params: Params) -> dict[str, Any] | None:
     """Quantize on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
-    check_paths(params)
+    check_inputs(params)
     start = time.perf_counter()
     env = init_distributed("cpu")
     set_cpu_threads(env, params.num_threads)
@@ -201,7 +213,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_paths)
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_inputs)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 `python -m stages.train` (the dvc.yaml command) launches `torchrun --standalone` with the process count
 from params and `--max-restarts` for fault tolerance; each worker process (torchrun sets LOCAL_RANK)
-runs `run()`. For several nodes, start `torchrun --nnodes ... -m stages.train` yourself on each: a
-worker does not care who launched it.
+runs `run()`. Before the launch, `check_inputs` finds what a restart cannot fix (the params, missing inputs,
+token shards too small for a micro batch or a validation window) and stops with one line: torchrun
+restarts workers whatever made them fail, so these must never reach a worker. For several nodes, start
+`torchrun --nnodes ... -m stages.train` yourself on each: a worker does not care who launched it.
 
 Per worker: join the process group (gloo on CPU, NCCL on GPU), build the model from the preset, apply
 the parallel layout (stages.common.training.parallel), resume from the newest valid checkpoint of the same run
@@ -33,7 +35,16 @@ from typing import Any
 import torch.distributed as dist
 
 from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
-from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, open_tiers, read_manifest
+from stages.common.lm.token_shards import (
+    TIERS,
+    TierMix,
+    TierNeed,
+    TierSampler,
+    check_tier_tokens,
+    open_tiers,
+    read_manifest,
+    window_tokens,
+)
 from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
@@ -115,10 +126,32 @@ def processes(params: Params) -> tuple[int, int]:
     return params.num_processes, params.max_restarts
 
 
-def check_paths(params: Params) -> None:
-    """Inputs exist and outputs are this stage's to replace (ConfigError otherwise): first thing in every
-    worker, and before torchrun starts them."""
+def check_inputs(params: Params) -> None:
+    """Inputs exist, outputs are this stage's to replace and every tier of the token shards fills what
+    training and validation read (ConfigError otherwise): first thing in every worker, and before torchrun
+    starts them."""
     check_owned_paths(STAGE, {"tokens_dir": params.tokens_dir}, {"model_dir": params.model_dir})
+    check_tier_tokens(params.tokens_dir, shard_needs(params))
+
+
+def shard_needs(params: Params) -> list[TierNeed]:
+    """Per tier: one micro batch of distinct training windows and (with validation) one validation window,
+    or one per pipeline micro-batch under pipeline parallelism (the pipeline splits a batch into exactly that
+    many). With fewer validation tokens a worker would evaluate an empty batch; with fewer training tokens a
+    tier's batches would repeat the same few windows."""
+    seq_len = params.seq_len or PRESETS[params.preset].max_seq_len
+    window = f"seq_len {seq_len}" + ("" if params.seq_len else f" (preset {params.preset})")
+    needs = [TierNeed("train", window_tokens(seq_len, params.micro_batch_size),
+                      f"one micro batch of train.micro_batch_size {params.micro_batch_size} windows of {window}",
+                      "give perplexity a larger corpus, or lower 'train.micro_batch_size' or 'train.seq_len'")]
+    if params.eval.windows:
+        windows = params.gradient_accumulation_steps if params.parallel.pipeline_parallel_size > 1 else 1
+        needs.append(TierNeed("val", window_tokens(seq_len, windows),
+                              f"validation: {windows} window(s) of {window}" if windows > 1
+                              else f"validation: one window of {window}",
+                              "raise 'perplexity.val_fraction' and rerun perplexity, lower 'train.seq_len', "
+                              "or set 'train.eval.windows: 0'"))
+    return needs
 
 
 def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
@@ -130,7 +163,7 @@ def fingerprint(params: Params, manifest: dict[str, Any]) -> str:
 # ---- one worker --------------------------------------------------------------------------------------
 def run(params: Params) -> dict[str, Any] | None:
     """Train on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
-    check_paths(params)
+    check_inputs(params)
     started = time.perf_counter()
     env = init_distributed(params.device)
     set_cpu_threads(env, params.num_threads)
@@ -244,7 +277,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_paths)
+    stage_main(STAGE, Params, run, __doc__, argv, torchrun=processes, check=check_inputs)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file
 
 from stages import train
-from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset
+from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset, save_checkpoint
 from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShardWriter, open_tiers
 from stages.common.runtime import digest
-from stages.common.runtime.params import from_dict, read_params
+from stages.common.runtime.params import ConfigError, from_dict, read_params
 from stages.common.training import checkpoint
 from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import ParallelParams, parallelize
@@ -29,14 +29,14 @@ PATHS = {"tokens_dir": "tokens", "model_dir": "model", "checkpoint_dir": "ckpt",
          "steps_path": "steps.csv", "val_path": "val.csv"}  # named only: nothing is read or written
 
 
-def write_token_shards(root: Path, seed: int = 0) -> Path:
-    """Tiny train/val shards in the perplexity stage's layout. Easy and medium documents repeat one motif
-    from a small shared pool (3 motifs of 8 tokens, 8 of 16), hard ones are random tokens from a quarter
-    of the vocabulary: every tier has something a model learns in a few dozen steps, on both splits."""
+def write_token_shards(root: Path, seed: int = 0, num_train_docs: int = 40, num_val_docs: int = 6) -> Path:
+    """Tiny train/val shards in the perplexity stage's layout, documents of 300 tokens. Easy and medium documents
+    repeat one motif from a small shared pool (3 motifs of 8 tokens, 8 of 16), hard ones are random tokens from a
+    quarter of the vocabulary: every tier has something a model learns in a few dozen steps, on both splits."""
     rng = np.random.default_rng(seed)
     pools = {"easy": rng.integers(1, VOCAB, size=(3, 8)), "medium": rng.integers(1, VOCAB, size=(8, 16))}
     shards = {}
-    for split, num_docs in (("train", 40), ("val", 6)):
+    for split, num_docs in (("train", num_train_docs), ("val", num_val_docs)):
         for tier in TIERS:
             writer = TokenShardWriter(root / split / tier, VOCAB, 0)
             for _ in range(num_docs):
@@ -228,9 +228,11 @@ def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monk
     import subprocess
 
     import yaml
-    for key in inputs:  # checked before the launch: they must exist
+    for key in inputs:  # checked before the launch: they must exist, the shards must fill a batch
         section[key] = str(tmp_path / key)
-        (tmp_path / key).mkdir()
+    write_token_shards(tmp_path / "tokens_dir")
+    for key in set(inputs) - {"tokens_dir"}:
+        save_checkpoint(Transformer(preset("debug", VOCAB)), tmp_path / key / CHECKPOINT_NAME)
     params_path = tmp_path / "my params.yaml"
     params_path.write_text(yaml.safe_dump({stage: {**read_params(ROOT / "params.yaml")[stage], **section}}))
     calls = []
@@ -246,6 +248,66 @@ def test_distributed_stages_launch_torchrun_with_an_argument_list(tmp_path, monk
     assert argv[1:3] == ["-m", "torch.distributed.run"]
     assert f"--nproc-per-node={processes}" in argv and "--max-restarts=3" in argv
     assert argv[-4:] == ["-m", f"stages.{stage}", "--params", str(params_path)]  # one argument, spaces and all
+
+
+def launch(stage: str, section: dict, tmp_path: Path, monkeypatch) -> tuple[int, list]:
+    """`python -m stages.<stage>` outside torchrun with `section` over the repo's params: (exit status, the
+    commands it launched)."""
+    import importlib
+    import subprocess
+
+    import yaml
+    params_path = tmp_path / "params.yaml"
+    params_path.write_text(yaml.safe_dump({stage: {**read_params(ROOT / "params.yaml")[stage], **section}}))
+    calls = []
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda argv, check, env: calls.append(argv)
+                        or subprocess.CompletedProcess(argv, 0))
+    with pytest.raises(SystemExit) as exit_code:
+        importlib.import_module(f"stages.{stage}").main(["--params", str(params_path)])
+    return exit_code.value.code, calls
+
+
+@pytest.mark.parametrize("stage, inputs", [("train", ["tokens_dir"]), ("prune", ["teacher_dir", "tokens_dir"]),
+                                           ("qat", ["model_dir", "tokens_dir"])])
+def test_a_validation_split_too_small_stops_before_torchrun_in_one_line(tmp_path, monkeypatch, capsys, stage,
+                                                                        inputs):
+    """A corpus of a few dozen documents leaves a tier of the validation split without one window: the stage
+    says so in one line naming the param, before torchrun starts (it would restart the failing workers), and
+    a worker started anyway stops at the same check, before joining the process group."""
+    tokens = write_token_shards(tmp_path / "tokens_dir", num_val_docs=0)
+    section = {"tokens_dir": str(tokens), "preset": "debug"} if stage == "train" else {"tokens_dir": str(tokens)}
+    for key in set(inputs) - {"tokens_dir"}:
+        save_checkpoint(Transformer(preset("debug", VOCAB)), tmp_path / key / CHECKPOINT_NAME)
+        section[key] = str(tmp_path / key)
+    status, calls = launch(stage, section, tmp_path, monkeypatch)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and calls == []  # torchrun never started
+    assert len(err) == 1 and err[0].startswith(f"error: {tokens}: too few tokens: the val tiers hold easy 0, "
+                                               "medium 0, hard 0 tokens, 65 needed in each for validation")
+    assert "raise 'perplexity.val_fraction' and rerun perplexity" in err[0]
+
+
+def test_each_worker_checks_the_shards_before_joining_the_process_group(tmp_path, monkeypatch):
+    params = tiny_params(tmp_path, micro_batch_size=200)  # 200 windows of 64 tokens: more than a tier holds
+    monkeypatch.setattr(train, "init_distributed", lambda device: pytest.fail("joined the process group"))
+    with pytest.raises(ConfigError, match=r"the train tiers hold easy 11,880, medium 11,560, hard 12,040 tokens, "
+                                          r"12,801 needed in each for one micro batch of train.micro_batch_size 200 "
+                                          r"windows of seq_len 64 \(preset debug\): give perplexity a larger "
+                                          r"corpus, or lower 'train.micro_batch_size' or 'train.seq_len'$"):
+        train.run(params)
+    assert not (tmp_path / "model").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_validation_needs_a_window_per_pipeline_micro_batch_and_nothing_without_validation(tmp_path):
+    params = tiny_params(tmp_path)
+    windows = {need.split: need.min_tokens for need in train.shard_needs(params)}
+    assert windows == {"train": 4 * 64 + 1, "val": 64 + 1}
+    pipeline = dataclasses.replace(params, gradient_accumulation_steps=4, parallel=ParallelParams(
+        pipeline_parallel_size=2, data_parallel_mode="fsdp"))
+    assert [n.min_tokens for n in train.shard_needs(pipeline) if n.split == "val"] == [4 * 64 + 1]
+    no_val = dataclasses.replace(params, eval=train.EvalParams(windows=0))
+    assert [n.split for n in train.shard_needs(no_val)] == ["train"]
 
 
 # ---- the trainer's pieces, in-process on the debug model ---------------------------------------------

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stages.common.lm.token_shards import TierSampler
+from stages.common.lm.token_shards import TierNeed, TierSampler, window_tokens
 from stages.common.runtime.params import param
 from stages.common.training import checkpoint
 from stages.common.training.checkpoint import CheckpointParams
@@ -58,6 +58,21 @@ class DistillParams:
         if self.steps and self.batch_size % num_processes:
             raise ValueError(f"param '{section}.distill.batch_size': must be a multiple of '{section}.nproc_per_node' "
                              f"({num_processes}), as the processes split each batch; got {self.batch_size}")
+
+    def shard_needs(self, section: str, num_processes: int, max_seq_len: int) -> list[TierNeed]:
+        """What the fine-tune and the evaluation read of every tier (`token_shards.check_tier_tokens`): one
+        micro batch (a process's share of `batch_size`) of distinct training windows, and one validation
+        window of the model's `max_seq_len`, at which perplexity is measured."""
+        seq_len = self.seq_len or max_seq_len
+        micro = max(1, self.batch_size // num_processes)
+        return [TierNeed("train", window_tokens(seq_len, micro),
+                         f"one micro batch ({section}.distill.batch_size {self.batch_size} / {num_processes} "
+                         f"processes) of seq_len {seq_len} windows",
+                         f"give perplexity a larger corpus, or lower '{section}.distill.batch_size' or "
+                         f"'{section}.distill.seq_len'"),
+                TierNeed("val", window_tokens(max_seq_len),
+                         f"validation perplexity: one window of the model's max_seq_len {max_seq_len}",
+                         "raise 'perplexity.val_fraction' and rerun perplexity")]
 
 
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,

@@ -284,12 +284,19 @@ def read_metadata(path: str | Path) -> dict[str, str]:
         return dict(f.metadata() or {})
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Transformer:
-    """Rebuild the model from the config in the checkpoint, then load its weights (no pickle)."""
+def read_config(path: str | Path) -> ModelConfig:
+    """The config in a checkpoint's metadata, without reading its weights."""
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: no such checkpoint")
     metadata = read_metadata(path)
     if CONFIG_METADATA_KEY not in metadata:
         raise ValueError(f"{path}: not a refinery checkpoint (no {CONFIG_METADATA_KEY} in its metadata)")
-    model = Transformer(ModelConfig.from_json(metadata[CONFIG_METADATA_KEY]))
+    return ModelConfig.from_json(metadata[CONFIG_METADATA_KEY])
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Transformer:
+    """Rebuild the model from the config in the checkpoint, then load its weights (no pickle)."""
+    model = Transformer(read_config(path))
     missing, unexpected = model.load_state_dict(load_file(str(path)), strict=False)
     expected_missing = [TIED_OUTPUT] if model.config.tie_embeddings else []
     if missing != expected_missing or unexpected:

@@ -16,6 +16,10 @@ windows: uniformly over all training tokens, as if there were no tiers. The glob
 (seed, step): resuming at step k needs only k, and a data-parallel rank reads only its own rows of it,
 so the data seen per step is the same whatever the number of ranks. `WindowSampler` draws uniformly
 from one shard, a pure function of (seed, step) too: the perplexity stage's reference LM trains on it.
+
+`check_tier_tokens` is what the stages reading the shards (train, prune, qat) check before torchrun starts
+their workers: every tier of a split holds the tokens they need (`window_tokens`: one micro batch of
+training windows, one validation window), read from the shards' headers and file sizes alone.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import hashlib
 import json
 import math
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stages.common.runtime.params import param
+from stages.common.runtime.params import ConfigError, param
 
 MAGIC = b"RFNYTOK1"
 FORMAT_VERSION = 1
@@ -99,22 +103,29 @@ class TokenShardWriter:
         np.save(self.idx_path, np.asarray(self._offsets, dtype=np.int64))
 
 
+def read_header(bin_path: Path) -> tuple[int, int, int, int, int]:
+    """(bytes per token, num_tokens, num_docs, vocab_size, eos_id) of a shard's `.bin`, checked against the
+    file's size; reads the 64-byte header only."""
+    with open(bin_path, "rb") as f:
+        header = f.read(HEADER_BYTES)
+    if len(header) < _HEADER.size or header[:8] != MAGIC:
+        raise ValueError(f"{bin_path}: not a token shard (bad magic)")
+    _, version, itemsize, num_tokens, num_docs, vocab_size, eos_id = _HEADER.unpack_from(header)
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{bin_path}: format version {version}, this reader knows {FORMAT_VERSION}")
+    expected = HEADER_BYTES + num_tokens * itemsize
+    if bin_path.stat().st_size != expected:
+        raise ValueError(f"{bin_path}: {bin_path.stat().st_size} bytes, header says {expected}")
+    return itemsize, num_tokens, num_docs, vocab_size, eos_id
+
+
 class TokenShard:
     """Read-only, memory-mapped view of a shard written by `TokenShardWriter`."""
 
     def __init__(self, base: str | Path) -> None:
         self.bin_path, self.idx_path = shard_paths(base)
-        with open(self.bin_path, "rb") as f:
-            header = f.read(HEADER_BYTES)
-        if len(header) < _HEADER.size or header[:8] != MAGIC:
-            raise ValueError(f"{self.bin_path}: not a token shard (bad magic)")
-        _, version, itemsize, self.num_tokens, self.num_docs, self.vocab_size, self.eos_id = _HEADER.unpack_from(header)
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{self.bin_path}: format version {version}, this reader knows {FORMAT_VERSION}")
+        itemsize, self.num_tokens, self.num_docs, self.vocab_size, self.eos_id = read_header(self.bin_path)
         self.dtype = np.dtype(np.uint16) if itemsize == 2 else np.dtype(np.uint32)
-        expected = HEADER_BYTES + self.num_tokens * itemsize
-        if self.bin_path.stat().st_size != expected:
-            raise ValueError(f"{self.bin_path}: {self.bin_path.stat().st_size} bytes, header says {expected}")
         # np.memmap cannot map zero bytes; an empty shard (e.g. a tiny validation split) is still valid.
         self.tokens = (np.memmap(self.bin_path, dtype=self.dtype, mode="r", offset=HEADER_BYTES,
                                  shape=(self.num_tokens,)) if self.num_tokens else np.empty(0, self.dtype))
@@ -152,6 +163,51 @@ def open_tiers(tokens_dir: str | Path, split: str) -> dict[str, TokenShard]:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return {tier: TokenShard(Path(tokens_dir) / split / tier) for tier in TIERS}
+
+
+def window_tokens(seq_len: int, num_windows: int = 1) -> int:
+    """Tokens (end-of-document tokens included) a shard needs for `num_windows` non-overlapping
+    (seq_len + 1)-token windows, as validation reads them (`TokenShard.sequential_windows`)."""
+    return num_windows * seq_len + 1
+
+
+def tier_tokens(tokens_dir: str | Path, split: str) -> dict[str, int]:
+    """Tokens per tier of one split, from the shards' headers and file sizes (no token is read)."""
+    sizes = {}
+    for tier in TIERS:
+        bin_path, _ = shard_paths(Path(tokens_dir) / split / tier)
+        if not bin_path.is_file():
+            raise ValueError(f"{bin_path}: no such token shard; the perplexity stage writes it: rerun it")
+        sizes[tier] = read_header(bin_path)[1]
+    return sizes
+
+
+def format_tiers(sizes: Mapping[str, int]) -> str:
+    """`easy 0, medium 1,204, hard 3,000`: tokens per tier, for messages."""
+    return ", ".join(f"{tier} {n:,}" for tier, n in sizes.items())
+
+
+@dataclass(frozen=True)
+class TierNeed:
+    """What a stage needs of every tier of one split: `min_tokens` each (`window_tokens`), what for (`why`,
+    in words) and `fix`, the params that change it."""
+    split: str
+    min_tokens: int
+    why: str
+    fix: str
+
+
+def check_tier_tokens(tokens_dir: str | Path, needs: Sequence[TierNeed]) -> None:
+    """ConfigError, in one line, when a tier of a split holds fewer tokens than the stage needs: a tiny corpus
+    or validation split found before any worker starts, not as an empty batch inside one."""
+    problems = []
+    for need in needs:
+        sizes = tier_tokens(tokens_dir, need.split)
+        if min(sizes.values()) < need.min_tokens:
+            problems.append(f"the {need.split} tiers hold {format_tiers(sizes)} tokens, {need.min_tokens:,} needed "
+                            f"in each for {need.why}: {need.fix}")
+    if problems:
+        raise ConfigError(f"{tokens_dir}: too few tokens: {'; '.join(problems)}")
 
 
 def read_manifest(tokens_dir: str | Path) -> dict[str, Any]:

@@ -6,16 +6,21 @@ from stages.common.lm.token_shards import (
     HEADER_BYTES,
     TIERS,
     TierMix,
+    TierNeed,
     TierRatios,
     TierSampler,
     TokenShard,
     TokenShardWriter,
     WindowSampler,
+    check_tier_tokens,
     is_validation,
     open_tiers,
     shard_paths,
+    tier_tokens,
     token_dtype,
+    window_tokens,
 )
+from stages.common.runtime.params import ConfigError
 
 EOS = 0
 
@@ -189,3 +194,28 @@ def test_sampler_skips_a_tier_too_small_for_a_window(tmp_path):
     assert 1 not in batch.tiers.tolist() and batch.ratios[1] == 0 and batch.ratios.sum() == pytest.approx(1)
     with pytest.raises(ValueError, match="no tier"):
         TierSampler(open_tiers(tmp_path, "val"), TierMix(), seq_len=500, batch_size=4, total_steps=10, seed=0)
+
+
+def test_tier_sizes_come_from_the_headers_and_a_short_tier_is_one_line(tmp_path):
+    """What train, prune and qat check before torchrun starts: tokens per tier from 64 bytes of each shard (and
+    its file size), every short tier named with what it holds and what it needs."""
+    for split, length in (("train", 40), ("val", 9)):
+        for t, tier in enumerate(TIERS):
+            write_shard(tmp_path / split / tier, [[7] * length] * (t + 1))  # tiers of 1, 2 and 3 documents
+    assert tier_tokens(tmp_path, "val") == {"easy": 10, "medium": 20, "hard": 30}
+    assert window_tokens(16) == 17 and window_tokens(16, num_windows=2) == 33  # what sequential_windows reads
+    assert TokenShard(tmp_path / "val" / "medium").num_windows(16) == 4  # one full window: 17 of its 20 tokens
+    needs = [TierNeed("train", window_tokens(16, 2), "one micro batch", "lower the batch"),
+             TierNeed("val", window_tokens(16), "validation", "raise 'perplexity.val_fraction'")]
+    check_tier_tokens(tmp_path, needs[:1])
+    with pytest.raises(ConfigError) as e:
+        check_tier_tokens(tmp_path, needs)
+    assert str(e.value) == (f"{tmp_path}: too few tokens: the val tiers hold easy 10, medium 20, hard 30 tokens, 17 "
+                            "needed in each for validation: raise 'perplexity.val_fraction'")
+    bin_path, _ = shard_paths(tmp_path / "val" / "hard")
+    bin_path.write_bytes(bin_path.read_bytes()[:-2])  # cut short: the header no longer matches the file
+    with pytest.raises(ValueError, match="hard.bin: 122 bytes, header says 124"):
+        tier_tokens(tmp_path, "val")
+    bin_path.unlink()
+    with pytest.raises(ValueError, match="hard.bin: no such token shard; the perplexity stage writes it: rerun it"):
+        tier_tokens(tmp_path, "val")
