@@ -1,12 +1,14 @@
 """`semantic_filter` stage: drop ads, boilerplate and off-topic text from the clean documents.
 
 Picks a threshold per language on the head's validation scores (maximum F1 of the drop decision, or
-the highest-recall threshold reaching `target_precision`), then scores every clean document with its
-language's head (stages/common/semantic/head.py) and drops those whose probability of `keep` is below it.
-`Scorer` scores shards of `batch_size` documents in workers and `SemanticFilter.verdict` applies the
-threshold; the filter-stage base (stages/common/text/filters.py) runs them over the executor (a local
-process pool or Ray tasks), each shard's scores kept in `work_dir` with a completion marker until the
-stage succeeds, so a rerun redoes only unfinished shards; the heads go to the workers once.
+the highest-recall threshold reaching `target_precision`; one picked from fewer than MIN_VAL_PER_CLASS keep
+or drop examples is logged and flagged `val.<lang>.low_confidence` in the metrics), then scores every clean
+document with its language's head (stages/common/semantic/head.py) and drops those whose probability of
+`keep` is below it. `Scorer` scores shards of `batch_size` documents in workers and
+`SemanticFilter.verdict` applies the threshold; the filter-stage base (stages/common/text/filters.py) runs
+them over the executor (a local process pool or Ray tasks), each shard's scores kept in `work_dir` with a
+completion marker until the stage succeeds, so a rerun redoes only unfinished shards; the heads go to the
+workers once.
 
     <out_dir>/docs/part-*.parquet        kept documents, the clean columns plus `quality_score` (p_keep)
     <out_dir>/quarantine/part-*.parquet  dropped documents, reason `semantic:<category>` and the score
@@ -14,6 +16,7 @@ stage succeeds, so a rerun redoes only unfinished shards; the heads go to the wo
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +33,21 @@ from stages.common.runtime.executor import check_executor
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA, iter_rows
 from stages.common.semantic.features import Features, NgramParams
-from stages.common.semantic.head import KEEP, Head, binary_report, choose_threshold, load_heads, predict
+from stages.common.semantic.head import (
+    KEEP,
+    MIN_VAL_PER_CLASS,
+    Head,
+    binary_report,
+    choose_threshold,
+    class_counts,
+    load_heads,
+    low_confidence,
+    predict,
+)
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 
 STAGE = "semantic_filter"
+log = logging.getLogger(f"refinery.{STAGE}")
 SCORED_SCHEMA = DOC_SCHEMA.append(pa.field("quality_score", pa.float32()))
 
 
@@ -106,6 +120,11 @@ class SemanticFilter(FilterStage):
         self.ngrams = NgramParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in config["ngrams"].items()})
         self.validation = pq.read_table(f"{params.head_dir}/validation.parquet").to_pydict()
         self.cutoffs = thresholds(self.validation, params.target_precision)
+        for lang, (num_keep, num_drop) in self.support().items():
+            if low_confidence(num_keep, num_drop):
+                log.warning("semantic_filter: the %r threshold %.3f comes from %d keep and %d drop validation "
+                            "examples, fewer than %d of either: low confidence (label more examples)", lang,
+                            self.cutoffs[lang], num_keep, num_drop, MIN_VAL_PER_CLASS)
         embeddings = pq.read_table(f"{params.embeddings_dir}/docs.parquet")
         self.emb_ids = embeddings.column("id").to_pylist()
         self.emb = embeddings.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(self.emb_ids), -1)
@@ -130,8 +149,17 @@ class SemanticFilter(FilterStage):
         return Dropped(row["id"], f"semantic:{result['category']}", row["source"], json.dumps(row, ensure_ascii=False),
                        row["lang"], row["lang_prob"], score=score, file=row.get("file"))
 
+    def support(self) -> dict[str, tuple[int, int]]:
+        """(keep, drop) validation examples behind each threshold: per language, and `*` over all of them."""
+        langs = np.array(self.validation["lang"])
+        is_drop = np.array([label != KEEP for label in self.validation["label"]], dtype=bool)
+        return {lang: class_counts(is_drop if lang == "*" else is_drop[langs == lang]) for lang in self.cutoffs}
+
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         out = {f"threshold.{lang}": t for lang, t in self.cutoffs.items()}
+        for lang, (num_keep, num_drop) in self.support().items():
+            out.update({f"val.{lang}.num_keep": num_keep, f"val.{lang}.num_drop": num_drop,
+                        f"val.{lang}.low_confidence": int(low_confidence(num_keep, num_drop))})
         langs = np.array(self.validation["lang"])
         p_keep = np.array(self.validation["p_keep"])
         is_drop = np.array([label != KEEP for label in self.validation["label"]])

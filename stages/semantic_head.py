@@ -1,7 +1,8 @@
 """`semantic_head` stage: train the semantic filter's classification head on the labelled examples.
 
-One head per language with enough labels (plus a pooled head for every other language): multinomial
-logistic regression over the sentence embedding, hashed n-grams and layout features
+One head per language with `min_labels_per_class` keep and drop training examples (plus a pooled head for
+every other language, which needs as many over all languages: ConfigError naming the counts otherwise):
+multinomial logistic regression over the sentence embedding, hashed n-grams and layout features
 (stages/common/semantic/head.py). A deterministic hash of each example's id puts it in train or validation.
 Outputs, so that choosing a threshold (stage `semantic_filter`) needs neither embedding nor training:
 
@@ -27,9 +28,17 @@ from safetensors.torch import save_file
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.metrics import write_metrics
-from stages.common.runtime.params import param, validate
+from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.semantic.features import Features, NgramParams
-from stages.common.semantic.head import KEEP, binary_report, predict, train_head
+from stages.common.semantic.head import (
+    KEEP,
+    MIN_VAL_PER_CLASS,
+    binary_report,
+    class_counts,
+    low_confidence,
+    predict,
+    train_head,
+)
 
 log = logging.getLogger("refinery.semantic_head")
 STAGE = "semantic_head"
@@ -44,7 +53,8 @@ class Params:
     detail_path: str  # every figure
     seed: int = param(0, min=0)
     val_fraction: float = param(0.2, gt=0.0, lt=1.0)
-    min_labels_per_class: int = param(20, min=1)  # a language with fewer examples of keep or drop uses the pooled head
+    # a language with fewer training examples of keep or drop uses the pooled head; the pooled head needs as many
+    min_labels_per_class: int = param(20, min=1)
     # L2 penalty on a head's weights, per head (language code; "*" for the pooled head and every language
     # not named). The English head reads MiniLM embeddings that carry across genres; a strong penalty keeps it
     # from leaning on the demo's templated n-grams. Other languages have only n-grams to go on.
@@ -74,6 +84,35 @@ def class_names(labels: list[dict[str, Any]]) -> list[str]:
     return [KEEP, *categories]
 
 
+def head_groups(params: Params, langs: np.ndarray, is_drop: np.ndarray, val: np.ndarray) -> dict[str, np.ndarray]:
+    """Training rows per head: the pooled head's (every language's) and those of each language with
+    `min_labels_per_class` keep and drop training examples (the others use the pooled head). ConfigError,
+    with the counts per language, when even the pooled head has fewer."""
+    train_counts = {str(lang): class_counts(is_drop[(langs == lang) & ~val]) for lang in sorted(set(langs))}
+    groups = {POOLED: np.flatnonzero(~val)}
+    for lang, (num_keep, num_drop) in train_counts.items():
+        if min(num_keep, num_drop) >= params.min_labels_per_class:
+            groups[lang] = np.flatnonzero((langs == lang) & ~val)
+        else:
+            log.info("semantic_head: %r has %d keep and %d drop training examples, fewer than min_labels_per_class "
+                     "(%d) of either: it uses the pooled head", lang, num_keep, num_drop, params.min_labels_per_class)
+    num_keep, num_drop = class_counts(is_drop[~val])
+    if min(num_keep, num_drop) < params.min_labels_per_class:
+        per_lang = ", ".join(f"{lang} {k} keep / {d} drop" for lang, (k, d) in train_counts.items())
+        raise ConfigError(
+            f"param 'semantic_head.min_labels_per_class': the pooled head needs {params.min_labels_per_class} keep and "
+            f"{params.min_labels_per_class} drop training examples, the labels hold {num_keep} keep and {num_drop} "
+            f"drop once val_fraction {params.val_fraction:g} is held out ({per_lang}): label more examples "
+            "(semantic_embed.labels_path) or lower semantic_head.min_labels_per_class")
+    for lang in train_counts:
+        val_keep, val_drop = class_counts(is_drop[(langs == lang) & val])
+        if low_confidence(val_keep, val_drop):
+            log.warning("semantic_head: %r has %d keep and %d drop validation examples, fewer than %d of either: "
+                        "the semantic filter's threshold for it is low confidence", lang, val_keep, val_drop,
+                        MIN_VAL_PER_CLASS)
+    return groups
+
+
 def run(params: Params) -> dict[str, Any]:
     check_owned_paths(STAGE, {"embeddings_dir": params.embeddings_dir}, {"out_dir": params.out_dir})
     start = time.perf_counter()
@@ -87,17 +126,7 @@ def run(params: Params) -> dict[str, Any]:
     val = np.array([is_validation(r["id"], params.val_fraction) for r in labels])
     langs = np.array([r["lang"] for r in labels])
 
-    def enough(rows: np.ndarray) -> bool:
-        keep = int((targets[rows] == 0).sum())
-        return keep >= params.min_labels_per_class and len(rows) - keep >= params.min_labels_per_class
-
-    groups = {POOLED: np.flatnonzero(~val)}
-    for lang in sorted(set(langs)):
-        train_rows = np.flatnonzero((langs == lang) & ~val)
-        if enough(train_rows):
-            groups[str(lang)] = train_rows
-    if not enough(groups[POOLED]):
-        raise ValueError(f"need at least {params.min_labels_per_class} keep and drop training examples")
+    groups = head_groups(params, langs, targets != 0, val)
     heads, tensors = {}, {}
     for name, rows in groups.items():
         heads[name] = train_head(features.subset(rows), targets[rows], len(classes), params.ngrams.num_buckets,

@@ -1,6 +1,7 @@
 """The semantic filter's three stages (embed -> head -> filter) on tiny labelled fixtures."""
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages import clean, semantic_embed, semantic_filter, semantic_head
+from stages.common.runtime.params import ConfigError
 from stages.common.runtime.parquet import read_table
 from stages.common.semantic.encoder import Encoder
 from stages.common.semantic.features import layout_features
@@ -197,3 +199,97 @@ def test_head_l2_is_per_language(pipeline):
     validation = pq.read_table(Path(pipeline.head_dir) / "validation.parquet").to_pandas()
     spread = validation.groupby("lang")["p_keep"].agg(lambda p: p.max() - p.min())
     assert spread["en"] < 0.05 < spread["zh"]
+
+
+FR_ADS = ["Promo ! {z}0% de remise sur les casques, seulement {p} euros ! Offre limitée, cliquez vite !!!"]
+FR_ARTICLES = ["La rivière traverse la vieille ville et les habitants y pêchent depuis {n} générations."]
+
+
+def write_label_embeddings(folder: Path, per_class: int, docs: list[dict] = ()) -> Path:
+    """What semantic_embed writes (labels.parquet, docs.parquet), without the encoder: `per_class` keep and drop
+    labels in each of en, zh and fr, with random 8-dimensional embeddings."""
+    import pyarrow as pa
+    rng = np.random.default_rng(0)
+    rows = []
+    for lang, ads, articles in (("en", EN_ADS, EN_ARTICLES), ("zh", ZH_ADS, ZH_ARTICLES), ("fr", FR_ADS, FR_ARTICLES)):
+        for i in range(per_class):
+            values = {"n": i + 3, "p": 10 + i, "z": i % 9 + 1}
+            rows.append({"id": f"{lang}-ad-{i}", "text": ads[i % len(ads)].format(**values), "lang": lang,
+                         "label": "drop", "category": "ad"})
+            rows.append({"id": f"{lang}-art-{i}", "text": articles[i % len(articles)].format(**values), "lang": lang,
+                         "label": "keep", "category": None})
+
+    def embedding_column(n: int) -> pa.FixedSizeListArray:
+        return pa.FixedSizeListArray.from_arrays(pa.array(rng.normal(size=n * 8).astype(np.float32)), 8)
+
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows).append_column("embedding", embedding_column(len(rows))),
+                   folder / "labels.parquet")
+    pq.write_table(pa.table({"id": [d["id"] for d in docs], "lang": [d["lang"] for d in docs],
+                             "embedding": embedding_column(len(docs))}), folder / "docs.parquet")
+    return folder
+
+
+def head_params(tmp_path: Path, embeddings_dir: Path, **overrides) -> semantic_head.Params:
+    return semantic_head.Params(embeddings_dir=str(embeddings_dir), out_dir=str(tmp_path / "head"),
+                                metrics_path=str(tmp_path / "head.json"),
+                                detail_path=str(tmp_path / "head.detail.json"), max_iter=20, **overrides)
+
+
+def test_too_few_labels_is_one_line_naming_the_param_and_the_counts_per_language(tmp_path):
+    """36 labels, 6 keep and 6 drop per language: the pooled head cannot have 20 of each once 20% are held out."""
+    params = head_params(tmp_path, write_label_embeddings(tmp_path / "emb", per_class=6))
+    with pytest.raises(ConfigError) as e:
+        semantic_head.run(params)
+    message = str(e.value)
+    assert "\n" not in message and not (tmp_path / "head").exists()
+    assert re.fullmatch(r"param 'semantic_head\.min_labels_per_class': the pooled head needs 20 keep and 20 drop "
+                        r"training examples, the labels hold \d+ keep and \d+ drop once val_fraction 0\.2 is held out "
+                        r"\(en \d keep / \d drop, fr \d keep / \d drop, zh \d keep / \d drop\): label more examples "
+                        r"\(semantic_embed\.labels_path\) or lower semantic_head\.min_labels_per_class", message)
+
+
+def test_thresholds_from_a_handful_of_validation_examples_are_flagged(tmp_path, caplog):
+    """min_labels_per_class lowered to 2 trains a head per language, but each threshold then rests on a few
+    validation examples: the log says so, the metrics flag it (with the counts), the report marks it."""
+    docs = [{"id": "en-doc", "text": EN_ARTICLES[0].format(n=5), "lang": "en"},
+            {"id": "zh-doc", "text": ZH_ADS[0].format(n=1, p=2, z=3), "lang": "zh"}]
+    emb = write_label_embeddings(tmp_path / "emb", per_class=6, docs=docs)
+    head = head_params(tmp_path, emb, min_labels_per_class=2)
+    with caplog.at_level("WARNING"):
+        semantic_head.run(head)
+    assert "'en' has" in caplog.text and "the semantic filter's threshold for it is low confidence" in caplog.text
+    docs_dir = tmp_path / "clean" / "docs"
+    docs_dir.mkdir(parents=True)
+    pq.write_table(pa_table_of_docs(docs), docs_dir / "part-00000.parquet")
+    params = semantic_filter.Params(docs_dir=str(docs_dir), embeddings_dir=str(emb), head_dir=head.out_dir,
+                                    out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "f.json"),
+                                    detail_path=str(tmp_path / "f.detail.json"), work_dir=str(tmp_path / "wf"),
+                                    num_workers=1)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        metrics = semantic_filter.run(params)
+    validation = pq.read_table(Path(head.out_dir) / "validation.parquet").to_pylist()
+    for lang in ("en", "fr", "zh", "*"):
+        rows = [r for r in validation if lang in ("*", r["lang"])]
+        if lang != "*" and not rows:
+            continue
+        assert metrics[f"val.{lang}.num_keep"] == sum(r["label"] == "keep" for r in rows)
+        assert metrics[f"val.{lang}.num_drop"] == sum(r["label"] == "drop" for r in rows)
+        assert metrics[f"val.{lang}.low_confidence"] == 1
+    assert "threshold" in caplog.text and "low confidence (label more examples)" in caplog.text
+
+    from stages.common.report import data, html
+    sem = data.semantic_filter(metrics, {"lang": [], "label": [], "p_keep": []}, {}, [], [], 10)
+    page = html.semantic_section({"semantic": sem})
+    assert page.count("(low confidence: ") == len(sem["langs"]) and "label more examples of that language" in page
+
+
+def pa_table_of_docs(docs: list[dict]):
+    """Clean's docs columns for `docs`."""
+    import pyarrow as pa
+
+    from stages.common.runtime.parquet import DOC_SCHEMA
+    rows = [{**{f.name: None for f in DOC_SCHEMA}, **d, "lang_prob": 1.0, "source": "test", "meta": "{}"}
+            for d in docs]
+    return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)

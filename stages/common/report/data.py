@@ -115,9 +115,10 @@ def excerpt(text: str, max_chars: int) -> str:
 
 def semantic_filter(metrics: dict[str, Any], validation: dict[str, Sequence[Any]], kept: dict[str, int],
                     reasons: Sequence[str], reason_langs: Sequence[str | None], num_bins: int = 20) -> dict[str, Any]:
-    """Per language: the threshold the stage chose on the head's validation split, its validation scores there,
-    the documents it kept and dropped per category, and the histogram of validation scores (p_keep) by true
-    label. `validation` holds the head's columns lang, label, p_keep; `kept` counts kept documents per language."""
+    """Per language: the threshold the stage chose on the head's validation split, its validation scores there
+    (and whether it had too few keep or drop examples to trust: `low_confidence`), the documents it kept and
+    dropped per category, and the histogram of validation scores (p_keep) by true label. `validation` holds
+    the head's columns lang, label, p_keep; `kept` counts kept documents per language."""
     langs = sorted({key.split(".", 1)[1] for key in metrics if key.startswith("threshold.")} - {"*"})
     hist: dict[str, dict[str, list[int]]] = {lang: {"keep": [0] * num_bins, "drop": [0] * num_bins} for lang in langs}
     for lang, label, p_keep in zip(validation["lang"], validation["label"], validation["p_keep"]):
@@ -126,7 +127,8 @@ def semantic_filter(metrics: dict[str, Any], validation: dict[str, Sequence[Any]
     dropped = Counter(zip(reason_langs, reasons))
     per_lang = []
     for lang in langs:
-        val = {k: metrics.get(f"val.{lang}.{k}") for k in ("num", "precision", "recall", "f1", "accuracy")}
+        val = {k: metrics.get(f"val.{lang}.{k}") for k in ("num", "precision", "recall", "f1", "accuracy", "num_keep",
+                                                          "num_drop", "low_confidence")}
         per_lang.append({"lang": lang, "threshold": metrics[f"threshold.{lang}"], "val": val, "kept": kept.get(lang, 0),
                          "dropped": {r: n for (l, r), n in sorted(dropped.items()) if l == lang},
                          "hist": hist[lang]})

@@ -170,11 +170,18 @@ def drops_section(fig: dict[str, Any]) -> str:
             "each family, truncated; addresses are written <code>[:]//</code>.</p>" + "".join(examples))
 
 
+def threshold_cell(lang: dict[str, Any]) -> str:
+    """The threshold, and when it was chosen on too few validation examples, how few."""
+    val = lang["val"]
+    return f"{lang['threshold']:.3f}" + (f" (low confidence: {val['num_keep']} keep, {val['num_drop']} drop)"
+                                          if val.get("low_confidence") else "")
+
+
 def semantic_section(fig: dict[str, Any]) -> str:
     sem = fig["semantic"]
     categories = sorted({c for lang in sem["langs"] for c in lang["dropped"]})
     scores = ("precision", "recall", "f1", "accuracy")
-    rows = [[l["lang"], f"{l['threshold']:.3f}", num(l["val"]["num"]), *[num(l["val"][k], 3) for k in scores],
+    rows = [[l["lang"], threshold_cell(l), num(l["val"]["num"]), *[num(l["val"][k], 3) for k in scores],
              num(l["kept"]), *[num(l["dropped"].get(c, 0)) for c in categories]] for l in sem["langs"]]
     head = table(["language", "threshold", "validation docs", "precision", "recall", "F1", "accuracy", "kept",
                   *[f"dropped {c.split(':', 1)[-1]}" for c in categories]], rows,
@@ -192,7 +199,10 @@ def semantic_section(fig: dict[str, Any]) -> str:
     note = ("Documents scoring at or above their language's threshold are kept. Scores are the precision, recall "
             "and F1 of the drop decision on the head's validation split at that threshold"
             + (f"; languages without a head of their own use the pooled threshold {pooled:.3f}." if pooled is not None
-               else "."))
+               else ".")
+            + (" A threshold marked low confidence was chosen on too few validation examples of keep or drop for "
+               "its scores to mean much: label more examples of that language." if any(
+                   l["val"].get("low_confidence") for l in sem["langs"]) else ""))
     return f"<p class=note>{esc(note)}</p>{head}<div class=charts>{''.join(charts)}</div>"
 
 
