@@ -508,6 +508,9 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
     """`refinery check`: the first `check_records` records of each source through clean's own checks (dedup
     aside), in this process. ("note" | "error", line) findings; `context["clean"]` gets the projected
     documents and characters per language that clean publishes, for the later stages' checks."""
+    made_by = context["pending"](params.input) if "pending" in context else None
+    if made_by:
+        return [("note", f"{params.input} is not read: stage {made_by!r} makes it and has not run yet")]
     findings: list[tuple[str, str]] = []
     sources = params.input_sources()
     cleaner = Cleaner(params)

@@ -429,6 +429,41 @@ def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers:
     return shards
 
 
+# Characters per token of a byte-level BPE, on the low side (a small corpus's tokenizer merges less), so
+# that a projection errs towards more tokens: an error from it is an error of the real run too.
+LOW_CHARS_PER_TOKEN = {"zh": 1.2, "ja": 1.2, "ko": 1.2, "th": 1.5}
+LOW_CHARS_PER_TOKEN_DEFAULT = 2.5
+
+
+def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]:
+    """`refinery check`: the tokens each split and tier would get, projected from clean's projection (before
+    the semantic filter, at a generous tokens-per-character rate): an error where even that misses
+    `min_tokens_per_tier`. `context["perplexity"]` gets the projection for train's check."""
+    projected = context.get("clean")
+    if not projected or not projected["chars"]:
+        return []
+    tokens = sum(chars / LOW_CHARS_PER_TOKEN.get(lang, LOW_CHARS_PER_TOKEN_DEFAULT)
+                 for lang, chars in projected["chars"].items())
+    num_docs = sum(projected["docs"].values())
+    per_tier = {"train": tokens * (1 - params.val_fraction) / len(TIERS), "val": tokens * params.val_fraction / len(TIERS)}
+    context["perplexity"] = {"tokens_per_tier": per_tier, "num_docs": num_docs}
+    findings = [("note", f"about {num_docs:,.0f} documents and at most {tokens:,.0f} tokens would reach it (before the "
+                         f"semantic filter): per tier about {per_tier['train']:,.0f} training and "
+                         f"{per_tier['val']:,.0f} validation tokens")]
+    if per_tier["val"] < params.min_tokens_per_tier.val:
+        share = min(0.5, math.ceil(100 * len(TIERS) * params.min_tokens_per_tier.val / max(1.0, tokens)) / 100)
+        findings.append(("error", f"param 'perplexity.val_fraction': {params.val_fraction:g} of about {tokens:,.0f} "
+                                  f"tokens leaves about {per_tier['val']:,.0f} per validation tier; train's validation "
+                                  f"needs {params.min_tokens_per_tier.val} (perplexity.min_tokens_per_tier.val): raise "
+                                  f"perplexity.val_fraction (to about {share:g}) or add documents"))
+    if per_tier["train"] < params.min_tokens_per_tier.train:
+        findings.append(("error", f"param 'perplexity.min_tokens_per_tier.train': about {per_tier['train']:,.0f} "
+                                  f"tokens per training tier, fewer than the {params.min_tokens_per_tier.train} train "
+                                  "reads at once: add documents, or lower train.micro_batch_size or train.seq_len"))
+    context["perplexity"]["short"] = any(level == "error" for level, _ in findings)
+    return findings
+
+
 def run(params: Params) -> dict[str, Any]:
     """Score and tier `params.input_dir`; return the metrics (also written to `metrics_path`)."""
     cutoffs_file = "" if params.cutoffs_from in ("all", "reference") else params.cutoffs_from

@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,47 @@ def head_groups(params: Params, langs: np.ndarray, is_drop: np.ndarray, val: np.
                         "the semantic filter's threshold for it is low confidence", lang, val_keep, val_drop,
                         MIN_VAL_PER_CLASS)
     return groups
+
+
+def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]:
+    """`refinery check`: the labels file (semantic_embed.labels_path) per language and class against what
+    the heads need once `val_fraction` is held out (an error where even the pooled head falls short), and
+    the languages clean keeps that have no labels. Labels without `lang` count as "?" here (the stage
+    detects their language)."""
+    path = Path(((context.get("params") or {}).get("semantic_embed") or {}).get("labels_path") or "")
+    made_by = context["pending"](str(path)) if "pending" in context else None
+    if made_by:
+        return [("note", f"{path} is not read: stage {made_by!r} makes it and has not run yet")]
+    if not path.is_file():
+        return []  # reported as a missing input
+    ids, langs, is_drop = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                obj = json.loads(line) if line.strip() else None
+            except ValueError:
+                return [("error", f"{path}:{number}: not JSON")]
+            if isinstance(obj, dict):
+                ids.append(str(obj.get("id") or f"label-{number}"))
+                langs.append(obj.get("lang") if isinstance(obj.get("lang"), str) else "?")
+                is_drop.append(obj.get("label") != KEEP)
+    val = np.array([is_validation(i, params.val_fraction) for i in ids], dtype=bool)
+    lang_array, drop_array = np.array(langs), np.array(is_drop, dtype=bool)
+    try:
+        groups = head_groups(params, lang_array, drop_array, val)
+    except ConfigError as e:
+        return [("error", str(e))]
+    counts = ", ".join(f"{lang} {k} keep / {d} drop" for lang in sorted(set(langs))
+                       for k, d in [class_counts(drop_array[(lang_array == lang) & ~val])])
+    heads = ", ".join(g for g in groups if g != POOLED) or "none"
+    findings = [("note", f"{path}: {len(ids)} labels; training examples after the hold-out: {counts}; heads of their "
+                         f"own: {heads}, the pooled head for the rest")]
+    kept = (context.get("clean") or {}).get("docs") or {}
+    missing = sorted(lang for lang in kept if lang not in set(langs))
+    if missing and "?" not in langs:
+        findings.append(("note", f"{path} has no labels in {', '.join(missing)}, which clean keeps: the pooled head "
+                                 "judges them"))
+    return findings
 
 
 def run(params: Params) -> dict[str, Any]:

@@ -66,6 +66,7 @@ from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, Trai
 
 log = logging.getLogger("refinery.train")
 STAGE = "train"
+MAX_EPOCHS_NOTED = 20  # `refinery check` notes a max_steps that passes over the training tokens more often
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
@@ -152,6 +153,30 @@ def shard_needs(params: Params) -> list[TierNeed]:
                               "raise 'perplexity.val_fraction' and rerun perplexity, lower 'train.seq_len', "
                               "or set 'train.eval.windows: 0'"))
     return needs
+
+
+def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]:
+    """`refinery check`: what training needs of each tier against the tokens perplexity's check projects
+    (generously: an error here is an error of the real run), and how many times `max_steps` would pass
+    over the training tokens."""
+    projection = context.get("perplexity") or {}
+    projected = projection.get("tokens_per_tier")
+    if not projected:
+        return []
+    findings: list[tuple[str, str]] = []
+    for need in shard_needs(params) if not projection.get("short") else []:  # else perplexity's error says it
+        if projected[need.split] < need.min_tokens:
+            findings.append(("error", f"train: about {projected[need.split]:,.0f} tokens per {need.split} tier, fewer "
+                                      f"than {need.why} ({need.min_tokens}): {need.fix}"))
+    seq_len = params.seq_len or PRESETS[params.preset].max_seq_len
+    per_step = params.micro_batch_size * seq_len * params.gradient_accumulation_steps * max(
+        1, params.parallel.data_parallel_size)
+    epochs = params.max_steps * per_step / max(1.0, len(TIERS) * projected["train"])
+    if epochs > MAX_EPOCHS_NOTED:
+        findings.append(("note", f"train.max_steps {params.max_steps} x {per_step:,} tokens a step passes over about "
+                                 f"{len(TIERS) * projected['train']:,.0f} training tokens {epochs:.0f} times: the model "
+                                 "will learn them by heart; lower train.max_steps or add documents"))
+    return findings
 
 
 def fingerprint(params: Params, manifest: dict[str, Any]) -> str:

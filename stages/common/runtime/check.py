@@ -160,11 +160,18 @@ def check_stage_params(stage: DvcStage, params: Mapping[str, Any], params_path: 
 
 def check_stage_data(stages: list[DvcStage], params: Mapping[str, Any], root: Path) -> tuple[list[str], list[str]]:
     """(errors, notes) from each stage module's `check_data(params, context) -> [("error" | "note", line)]`,
-    in pipeline order: the data it would read (clean: the first records of each source) and what it
-    projects for the stages after it (through `context`). Run only once every section is valid."""
+    in pipeline order: the data it would read (clean: the first records of each source; semantic_head: the
+    labels) and what it projects for the stages after it (through `context`: perplexity the tokens per tier,
+    train what it needs of them). Run only once every section is valid."""
     errors: list[str] = []
     notes: list[str] = []
-    context: dict[str, Any] = {"params": params, "root": root}
+    def pending(path: str) -> str | None:
+        """The stage that makes `path`, where it has not made it yet (its data cannot be checked)."""
+        made_by = maker(path, stages, params)
+        return made_by if made_by and not input_exists(root / path) else None
+
+    # what a hook may use: every section as written, `pending`, and what earlier hooks projected
+    context: dict[str, Any] = {"params": params, "root": root, "pending": pending}
     cwd = Path.cwd()
     os.chdir(root)  # relative paths in params.yaml are relative to the workspace, as when DVC runs a stage
     try:
@@ -172,13 +179,6 @@ def check_stage_data(stages: list[DvcStage], params: Mapping[str, Any], root: Pa
             module = importlib.import_module(stage.module) if stage.module else None
             hook = getattr(module, "check_data", None)
             if hook is None:
-                continue
-            pending = [path for path in (interpolate(dep, params) for dep in stage.deps)
-                       if (made_by := maker(path, stages, params)) and made_by != stage.name
-                       and not input_exists(path)]
-            if pending:
-                notes.append(f"{stage.name}: its data is not checked: {pending[0]} is made by stage "
-                             f"{maker(pending[0], stages, params)!r}, which has not run yet")
                 continue
             section = getattr(module, "STAGE", stage.name)
             built = from_dict(module.Params, params[section] or {}, prefix=f"{section}.")

@@ -3,6 +3,7 @@ or a missing input is one line naming the key, exit status 2, no traceback, befo
 starts and without touching an output."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -169,3 +170,68 @@ def test_an_input_made_by_an_earlier_stage_is_named_before_torchrun(workspace):
     assert (proc.returncode, proc.stderr) == (
         2, f"error: param 'train.tokens_dir': {tokens} does not exist (made by stage 'perplexity': run it first, "
            "`dvc repro perplexity`)\n")
+
+
+SENTENCES = [
+    "The river runs through the old town and the people who live there have fished in it for generations.",
+    "A small bakery on the corner of the square opens before dawn and the smell of bread fills the street.",
+    "The library on the hill keeps old maps of the valley, and students come to trace the roads of the farmers.",
+    "In the spring the water rises with the melting snow, and the fishermen mend their nets on the bank.",
+    "The first buses arrive with workers who stop to buy rolls on their way to the factory by the railway.",
+    "On rainy afternoons the reading room is full, and the old clock above the door is the only thing heard.",
+]
+
+
+def own_corpus(workspace: Path, num_docs: int) -> None:
+    """The workspace reads `num_docs` English documents of its own instead of the demo corpus."""
+    docs = [{"id": f"d{i}", "text": " ".join(SENTENCES[(i + k) % len(SENTENCES)] for k in range(3)) + f" Item {i}."}
+            for i in range(num_docs)]
+    folder = workspace / "corpus"
+    folder.mkdir()
+    (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    labels = [{"text": SENTENCES[i % 6] + f" Note {i}.", "label": "keep" if i % 2 else "drop", "lang": "en",
+               "category": None if i % 2 else "ad"} for i in range(36)]
+    (workspace / "labels.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
+    dvc_yaml = yaml.safe_load((workspace / "dvc.yaml").read_text())
+    del dvc_yaml["stages"]["demo_corpus"]
+    (workspace / "dvc.yaml").write_text(yaml.safe_dump(dvc_yaml, sort_keys=False))
+    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    del params["demo_corpus"]
+    params["clean"]["input"] = "corpus"
+    params["semantic_embed"]["labels_path"] = "labels.jsonl"
+    (workspace / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_check_reads_the_data_and_a_small_corpus_fails_it_with_the_params_to_change(workspace, capsys):
+    own_corpus(workspace, 60)
+    errors = check_workspace(workspace)
+    notes = capsys.readouterr().out
+    assert "clean: source 'corpus': 1 file(s); of 60 records from their starts clean would keep 60 (100%)" in notes
+    assert "languages: en 60; fields: text, id" in notes and "about 60 records in all" in notes
+    assert "train.max_steps 400 x 4,096 tokens a step passes over about" in notes  # learnt by heart
+    assert [e.split(":")[0] for e in errors] == ["param 'semantic_head.min_labels_per_class'",
+                                                 "param 'perplexity.val_fraction'"], errors
+    assert "the labels hold" in errors[0] and "(en " in errors[0]
+    assert "raise perplexity.val_fraction (to about" in errors[1] and "\n" not in "".join(errors)
+
+
+def test_check_names_a_source_that_would_keep_nothing(workspace, capsys):
+    own_corpus(workspace, 60)
+    write = yaml.safe_load((workspace / "params.yaml").read_text())
+    write["clean"]["languages"] = ["zh"]
+    (workspace / "params.yaml").write_text(yaml.safe_dump(write, sort_keys=False))
+    errors = check_workspace(workspace)
+    assert errors[0] == ("param 'clean.languages': source 'corpus' would keep none of 60 records (dropped: lang:en "
+                         "60; languages found: en 60; kept: zh)")
+    assert check_workspace(workspace, read_data=False) == []  # --params-only
+
+
+def test_check_projects_what_train_reads_of_each_tier(workspace, capsys):
+    own_corpus(workspace, 600)
+    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    params["perplexity"]["val_fraction"] = 0.1
+    params["train"]["micro_batch_size"] = 256
+    (workspace / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    errors = check_workspace(workspace)
+    assert errors[1:] == [e for e in errors if e.startswith("train: about ")] and len(errors) == 2, errors
+    assert "fewer than one micro batch of train.micro_batch_size 256 windows of seq_len 256" in errors[1]
