@@ -143,7 +143,7 @@ def overhead(repo: Path, repeats: int) -> dict:
     from flows.pipeline import pipeline
 
     sh(dvc("exp", "apply", "bench-ui-run"), repo)
-    sh(dvc("repro"), repo)  # settles anything exp apply could not restore (e.g. persist outputs)
+    sh(dvc("repro"), repo)  # settles anything exp apply could not restore
     plain = [timed(lambda: sh(dvc("repro"), repo))[0] for _ in range(repeats)]
     os.environ[WORKSPACE_ENV] = str(repo)  # the workspace is bound by the environment, never a run parameter
     flow_runs = [timed(lambda: pipeline()) for _ in range(repeats)]

@@ -1,5 +1,6 @@
 """`refinery`: the project's command (`pip install .` puts it on PATH; `python -m flows.cli` in a checkout).
 
+    refinery init       a workspace for your own data: dvc.yaml, params.yaml, corpus/, labels/, git and DVC
     refinery check      params.yaml and the inputs it names, running nothing
     refinery demo       check, reproduce the pipeline (`dvc repro`), print the run summary
     refinery status     which stages `dvc repro` would run, and why
@@ -7,9 +8,10 @@
     refinery generate   sample text from the exported model
     refinery summary    the run summary of the last pipeline run
 
-Every command works on a workspace (a folder with dvc.yaml and params.yaml): the current folder, or
-`--root`. Nothing here imports torch: what needs it runs as a `python -m ...` command, an argument list
-(never a shell string), as dvc.yaml runs the stages.
+Every command but `init` works on a workspace (a folder with dvc.yaml and params.yaml): the current
+folder, or `--root`; elsewhere it says so in one line (exit status 2). Nothing here imports torch: what
+needs it runs as a `python -m ...` command, an argument list (never a shell string), as dvc.yaml runs the
+stages.
 """
 from __future__ import annotations
 
@@ -22,13 +24,22 @@ from pathlib import Path
 from typing import Any
 
 from flows.check import check_command, stage_env
-from flows.commands import dvc
+from flows.commands import CommandFailed, dvc
+from flows.workspace import WorkspaceError, init_workspace, next_steps, not_a_workspace
 
 PROG = "refinery"
 
 
 def _workspace(args: argparse.Namespace) -> Path:
     return (args.root or Path.cwd()).resolve()
+
+
+def _refused(root: Path, need_params: bool = True) -> bool:
+    """Say so, in one line, when `root` is not a workspace."""
+    problem = not_a_workspace(root, need_params)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 def _call(args: list[str], cwd: Path | None = None) -> int:
@@ -39,11 +50,29 @@ def _call(args: list[str], cwd: Path | None = None) -> int:
 def check(args: argparse.Namespace) -> int:
     params = args.params.resolve() if args.params else None
     root = args.root.resolve() if args.root else params.parent if params else Path.cwd().resolve()
+    if _refused(root, need_params=params is None):
+        return 2
     return _call(check_command(root, params), cwd=root)
+
+
+def init(args: argparse.Namespace) -> int:
+    root = (args.dir or Path.cwd()).resolve()
+    try:
+        init_workspace(root)
+    except WorkspaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except CommandFailed as e:  # git or DVC: their own last lines say why
+        print(f"error: {e}", file=sys.stderr)
+        return e.returncode
+    print(next_steps(root, Path.cwd().resolve()), end="")
+    return 0
 
 
 def demo(args: argparse.Namespace) -> int:
     root = _workspace(args)
+    if _refused(root):
+        return 2
     status = _call(check_command(root), cwd=root)
     if status:
         return status
@@ -79,6 +108,8 @@ def status(args: argparse.Namespace) -> int:
     from flows.graph import stages_in_order, stale_stages, status_json
 
     root = _workspace(args)
+    if _refused(root):
+        return 2
     proc = subprocess.run(dvc("status", "--json"), cwd=root, env=stage_env(), capture_output=True, text=True,
                           check=False)
     if proc.returncode:
@@ -103,7 +134,10 @@ def status(args: argparse.Namespace) -> int:
 def summary(args: argparse.Namespace) -> int:
     from flows.summary import print_summary
 
-    print_summary(_workspace(args))
+    root = _workspace(args)
+    if _refused(root):
+        return 2
+    print_summary(root)
     return 0
 
 
@@ -131,13 +165,21 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", metavar="<command>", required=True)
 
     def add(name: str, run: Callable[[argparse.Namespace], int] | None, summary: str,
-            description: str) -> argparse.ArgumentParser:
+            description: str, root: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=summary, description=f"{summary}. {description}",
                                   prog=f"{PROG} {name}", add_help=run is not None)
         sub.set_defaults(run=run)
-        if run is not None:
+        if run is not None and root:
             sub.add_argument("--root", type=Path, help="the workspace (default: the current folder)")
         return sub
+
+    sub = add("init", init, "Make a workspace for your own data",
+              "dvc.yaml and params.yaml as Refinery ships them, without the demo corpus (clean reads corpus/, the "
+              "semantic filter learns from labels/labels.jsonl), corpus/ and labels/ with a README each, .gitignore; "
+              "then git and DVC are initialised. Refuses a folder that holds dvc.yaml or params.yaml: nothing is "
+              "overwritten. Prints the next steps.", root=False)
+    sub.add_argument("dir", nargs="?", type=Path, metavar="DIR",
+                     help="the folder to make the workspace in, created if missing (default: the current folder)")
 
     sub = add("check", check, "Check params.yaml and the inputs it names, running nothing",
               "Every stage's section (unknown keys, types, ranges, cross-field rules such as the parallel layout) "

@@ -1,4 +1,5 @@
-"""Settings of the flows: `<workspace>/flows/config.yaml`, with `${section.key}` resolved against params.yaml.
+"""Settings of the flows: `<workspace>/flows/config.yaml` (else the one shipped with the flows, e.g. in a workspace
+made by `refinery init`), with `${section.key}` resolved against params.yaml.
 
 The file is separate from params.yaml so that no DVC stage, experiment or `dvc exp show` column ever
 depends on how the pipeline is orchestrated (see the header of flows/config.yaml).
@@ -62,6 +63,8 @@ class FlowsConfig:
     retry_delay_s: float = 10.0
     experiments_dir: str = ".dvc/tmp/flows"
     export_stage: str = "export"
+    # folders of resumable work that are not DVC outputs: an experiment's worktree gets hard links to them
+    checkpoint_dirs: tuple[str, ...] = ("${train.checkpoint_dir}", "${prune.checkpoint_dir}", "${qat.checkpoint_dir}")
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
 
 
@@ -73,8 +76,11 @@ def resolve_workspace() -> Path:
 
 
 def load_config(workspace: Path) -> FlowsConfig:
-    """The workspace's flows/config.yaml; unknown keys and wrong types raise ValueError naming the key."""
+    """The workspace's flows/config.yaml, else the shipped one; unknown keys and wrong types raise ValueError
+    naming the key."""
     path = workspace / CONFIG_PATH
+    if not path.is_file():
+        path = Path(__file__).resolve().parent / CONFIG_PATH.name
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     return from_dict(FlowsConfig, data, prefix=f"{CONFIG_PATH}:")
 
@@ -90,6 +96,17 @@ def resolve(text: str, params: dict[str, Any]) -> str:
         return str(value)
 
     return REFERENCE_RE.sub(lookup, text)
+
+
+def resolve_present(texts: tuple[str, ...], params: dict[str, Any]) -> list[str]:
+    """`resolve` each text; one naming a key that params.yaml lacks is left out (a pipeline without that stage)."""
+    resolved = []
+    for text in texts:
+        try:
+            resolved.append(resolve(text, params))
+        except UnresolvedReference:
+            continue
+    return resolved
 
 
 def workspace_params(workspace: Path) -> dict[str, Any]:

@@ -6,8 +6,9 @@ workspace's uncommitted changes) sharing the workspace's DVC cache, the override
 worktree's params.yaml by DVC's `--set-param` code, then `dvc repro <stage>` per stage there and
 `dvc exp save`, which stores the experiment under the workspace's git refs, so it is listed by
 `dvc exp show` and can be restored with `dvc exp apply`. The workspace's params.yaml is never written.
-The worktree also gets the workspace's `cache: false` outputs (metrics copied, checkpoint folders as hard
-links), so that DVC finds unchanged stages up to date there and reruns only what the overrides change.
+The worktree also gets the workspace's `cache: false` outputs (metrics, copied), so that DVC finds unchanged
+stages up to date there and reruns only what the overrides change, and its checkpoint folders (hard links),
+so that a stage rerun there with the same fingerprint resumes.
 """
 from __future__ import annotations
 
@@ -78,10 +79,13 @@ def copy_uncommitted(workspace: Path, exp_dir: Path, log: Log) -> None:
         log.info("experiment includes %d uncommitted change(s): %s", len(paths), ", ".join(paths[:10]))
 
 
-def link_uncached_outputs(workspace: Path, exp_dir: Path, stages: list[StageInfo], log: Log) -> None:
-    """Give the worktree the workspace's `cache: false` outputs that neither git nor `dvc checkout` brings
-    (a gitignored metrics/, the `persist` checkpoint folders): without them DVC sees every stage that
-    declares one as changed, and reruns it and everything after it.
+def link_uncached_outputs(workspace: Path, exp_dir: Path, stages: list[StageInfo], log: Log,
+                          checkpoint_dirs: tuple[str, ...] | list[str] = ()) -> None:
+    """Give the worktree what neither git nor `dvc checkout` brings: the workspace's `cache: false` outputs
+    (e.g. a gitignored metrics/), without which DVC sees every stage that declares one as changed and
+    reruns it and everything after it; and `checkpoint_dirs`, folders of resumable work that are not DVC
+    outputs (flows/config.yaml), so that a stage rerun in the worktree with the same fingerprint (say, after
+    an override of a setting that changes no result) resumes from the workspace's checkpoints.
 
     A file (metrics, plots: small) is copied, since a stage may rewrite it in place (`open(path, "w")`),
     which through a link would change the workspace's copy. A folder (checkpoints: gigabytes) is a tree of
@@ -90,7 +94,7 @@ def link_uncached_outputs(workspace: Path, exp_dir: Path, stages: list[StageInfo
     place, old steps and other runs' checkpoints removed whole), which replaces the worktree's links and
     leaves the workspace's files as they are. What git already put in the worktree is kept."""
     linked, copied = [], []
-    for rel in (rel for stage in stages for rel in stage.uncached):
+    for rel in [*(rel for stage in stages for rel in stage.uncached), *checkpoint_dirs]:
         src, dst = workspace / rel, exp_dir / rel
         if dst.exists() or not src.exists():
             continue
@@ -102,7 +106,7 @@ def link_uncached_outputs(workspace: Path, exp_dir: Path, stages: list[StageInfo
             shutil.copy2(src, dst)
             copied.append(rel)
     if linked or copied:
-        log.info("from the workspace: %d uncached folder(s) linked (%s), %d metrics/plots file(s) copied",
+        log.info("from the workspace: %d folder(s) linked (%s), %d metrics/plots file(s) copied",
                  len(linked), ", ".join(linked) or "none", len(copied))
 
 

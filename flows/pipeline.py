@@ -34,7 +34,7 @@ from flows import experiment as exp_worktree
 from flows.artifacts import markdown_table, model_comparison, output_rows, plot_lines, publish_stage
 from flows.check import check_workspace
 from flows.commands import CommandFailed, dvc, run
-from flows.config import FlowsConfig, load_config, resolve_workspace, workspace_params
+from flows.config import FlowsConfig, load_config, resolve_present, resolve_workspace, workspace_params
 from flows.graph import StageInfo, stage_outcome, stages_in_order, stale_stages, status_json
 from flows.lock import WorkspaceBusy, workspace_lock
 from flows.validation import check_experiment_name, check_overrides
@@ -82,12 +82,14 @@ def reproduce_stage(stage: StageInfo, cwd: Path, stale: bool) -> StageRun:
 
 
 @task(name="prepare-experiment", cache_policy=NO_CACHE)
-def prepare_experiment(workspace: Path, exp_dir: Path, overrides: list[str]) -> list[StageInfo]:
+def prepare_experiment(workspace: Path, exp_dir: Path, overrides: list[str],
+                       checkpoint_dirs: list[str]) -> list[StageInfo]:
     """A worktree of the workspace, its finished work included (cached outputs linked from DVC's cache,
-    uncached ones from the workspace), with the overrides applied; returns its stages."""
+    uncached ones and the checkpoint folders from the workspace), with the overrides applied; returns its
+    stages."""
     log = get_run_logger()
     exp_worktree.create_worktree(workspace, exp_dir, log)
-    exp_worktree.link_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log)
+    exp_worktree.link_uncached_outputs(workspace, exp_dir, stages_in_order(workspace), log, checkpoint_dirs)
     if overrides:
         exp_worktree.set_params(exp_dir, overrides)
         log.info("parameters for this experiment: %s", " ".join(overrides))
@@ -201,7 +203,8 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
 def _run_experiment(root: Path, cfg: FlowsConfig, overrides: list[str], name: str) -> dict[str, Any]:
     exp_dir = _experiments_root(root, cfg) / name
     try:
-        stages = prepare_experiment(root, exp_dir, overrides)
+        checkpoint_dirs = resolve_present(cfg.checkpoint_dirs, workspace_params(root))
+        stages = prepare_experiment(root, exp_dir, overrides, checkpoint_dirs)
         runs = _reproduce_all(exp_dir, stages, cfg)
         save_experiment(exp_dir, name, stages)
         note = (f"In DVC's cache as experiment `{name}`: `dvc exp show` compares it, `dvc exp apply {name}` "

@@ -163,3 +163,24 @@ def test_paths_come_from_params(stage):
     for path in raw_paths:
         assert INTERPOLATION_RE.fullmatch(path), f"{stage}: data path {path!r} must be a ${{params}} reference"
         assert lookup(INTERPOLATION_RE.fullmatch(path).group(1)), path
+
+
+def test_a_clone_with_the_dvc_cache_has_every_output():
+    """An output DVC does not cache must be in git (metrics/), or a fresh clone that pulled the DVC cache
+    would lack it and rerun the stage. Scratch folders (checkpoints, work folders) are not outputs, nor inside
+    one: DVC would expect them in a clone, and delete them before each run. tests/integration/test_dvc_fresh_clone.py runs
+    the clone."""
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert not any(line.strip("/").startswith("metrics") for line in ignored), "metrics/ must be tracked by git"
+    scratch = {str(lookup(f"{stage}.{key}")) for stage in PARAMS for key in ("checkpoint_dir", "work_dir")
+               if isinstance(PARAMS[stage], dict) and key in PARAMS[stage]}
+    assert scratch
+    for stage, spec in DVC["stages"].items():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in spec.get(kind, []):
+                path, options = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+                resolved = resolve(path)
+                inside = [s for s in scratch if s == resolved or s.startswith(resolved + "/")]
+                assert not inside, f"{stage}: output {resolved} holds scratch folder {inside}"
+                assert options.get("cache", True) or resolved.startswith("metrics/"), (
+                    f"{stage}: {resolved} is neither cached by DVC nor tracked by git")

@@ -130,8 +130,9 @@ def make_repo(repo: Path, dvc_yaml: str, params: dict[str, Any], files: dict[str
 
 
 # A two-stage pipeline of cheap commands: `count` repeats the raw text `count.n` times, `measure` records
-# the length and keeps a checkpoint folder across runs (`persist`, `cache: false`, gitignored, as the
-# project's train stage does), replacing its file by rename as stages/common/training/checkpoint.py does.
+# the length and keeps a checkpoint folder across runs (scratch, not a DVC output, gitignored, listed in the
+# flows config's checkpoint_dirs, as the project's train stage does), replacing its file by rename as
+# stages/common/training/checkpoint.py does.
 # Metrics are gitignored (see make_repo). With $STAGE_CALLS set, each stage command appends
 # "<stage> <pid>" to that file when it starts.
 TWO_STAGES = """
@@ -148,11 +149,7 @@ stages:
     cmd: python measure.py
     deps: [measure.py, out/count.txt]
     params: [measure]
-    outs:
-      - out/measure.txt
-      - ckpt:
-          persist: true
-          cache: false
+    outs: [out/measure.txt]
     metrics:
       - metrics/measure.json:
           cache: false
@@ -197,7 +194,8 @@ TWO_STAGE_PARAMS = {"count": {"n": 3, "sleep_s": 0, "fail": False}, "measure": {
 @pytest.fixture
 def two_stage_repo(tmp_path: Path, in_workspace) -> Path:
     """The two-stage repo, as the flows' workspace."""
-    return in_workspace(make_repo(tmp_path / "repo", TWO_STAGES, TWO_STAGE_PARAMS, TWO_STAGE_FILES))
+    config = {**shipped_config(), "checkpoint_dirs": ["ckpt"]}
+    return in_workspace(make_repo(tmp_path / "repo", TWO_STAGES, TWO_STAGE_PARAMS, TWO_STAGE_FILES, config))
 
 
 def flow_run_id(state) -> UUID:

@@ -19,7 +19,7 @@ from flows.check import check_workspace
 from tests.conftest import ROOT
 from tests.flows.conftest import TWO_STAGE_FILES, TWO_STAGE_PARAMS, TWO_STAGES, make_repo
 
-COMMANDS = ["check", "demo", "status", "summary", "serve", "generate"]
+COMMANDS = ["init", "check", "demo", "status", "summary", "serve", "generate"]
 
 
 def refinery(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -54,6 +54,17 @@ def test_every_command_has_help(name, capfd):
 def test_an_unknown_command_is_a_usage_error():
     proc = refinery("trian")
     assert proc.returncode == 2 and "invalid choice: 'trian'" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["summary"], ["status"], ["demo"], ["check"], ["check", "--params", "params.yaml"]])
+def test_outside_a_workspace_a_command_says_so_in_one_line(args, tmp_path: Path):
+    proc = refinery(*args, cwd=tmp_path)
+    missing = "dvc.yaml" if "--params" in args else "dvc.yaml / params.yaml"
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: {tmp_path.resolve()} is not a Refinery workspace (no {missing}): run `refinery "
+                           "init` there, or pass --root\n")
+    elsewhere = refinery(args[0], "--root", str(tmp_path / "none"))
+    assert elsewhere.returncode == 2 and elsewhere.stderr.startswith(f"error: {tmp_path / 'none'} is not a Refinery ")
 
 
 @pytest.fixture

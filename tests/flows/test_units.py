@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 
 from flows.artifacts import artifact_key, flatten, markdown_table, model_comparison, output_rows, plot_lines
 from flows.commands import CommandFailed, CommandResult
-from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve
+from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve, resolve_present
 from flows.experiment import link_uncached_outputs
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
 from flows.registry import Evaluation, decide, evaluate_command
@@ -28,6 +29,17 @@ def stage(name: str, *needs: str) -> StageInfo:
 
 def test_shipped_config_loads_with_the_defaults():
     assert load_config(ROOT) == FlowsConfig()
+
+
+def test_a_workspace_without_a_config_of_its_own_gets_the_shipped_one(tmp_path: Path):
+    assert load_config(tmp_path) == load_config(ROOT)
+
+
+def test_checkpoint_folders_are_those_params_yaml_names():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert resolve_present(FlowsConfig().checkpoint_dirs, params) == [
+        params[stage]["checkpoint_dir"] for stage in ("train", "prune", "qat")]
+    assert resolve_present(FlowsConfig().checkpoint_dirs, {"train": {"checkpoint_dir": "ckpt"}}) == ["ckpt"]
 
 
 def test_config_rejects_unknown_keys_naming_them(tmp_path: Path):
@@ -119,9 +131,20 @@ def test_model_comparison_is_a_row_per_model_from_the_stage_table(tmp_path: Path
     assert source == "metrics/export.csv"
     assert [r["model"] for r in rows] == ["trained", "prune_step_1", "qat_int8"]  # the file's (the chain's) order
     assert rows[2] == {"model": "qat_int8", "precision": "int8", "parameters": 1016960, "file (MB)": 1.0698,
-                       "latency, batch 1, fastest (ms)": 1.5883, "val ppl easy": 24.305, "val ppl all": 76.5425}
+                       "latency, batch 1, fastest (ms)": 1.5883, "val ppl easy": 24.305, "val ppl all": 76.5425,
+                       "baseline val ppl all": None, "vs baseline": None}  # not a git repo: no baseline
     assert model_comparison(replace(export, outs=("metrics/other.csv",)), tmp_path) is None
     assert markdown_table(rows).splitlines()[0].startswith("| model | precision | parameters | file (MB) |")
+    # In git, the baseline is the table as committed at HEAD (what an experiment started from).
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "metrics/export.csv"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "baseline"], cwd=tmp_path,
+                   check=True)
+    (tmp_path / "metrics" / "export.csv").write_text(EXPORT_CSV.replace("76.5425", "72.7154"))
+    _, rows = model_comparison(export, tmp_path)
+    assert (rows[2]["val ppl all"], rows[2]["baseline val ppl all"], rows[2]["vs baseline"]) == (72.7154, 76.5425,
+                                                                                                 "-5.0%")
+    assert rows[0]["vs baseline"] == "+0.0%"
 
     (tmp_path / "models" / "export" / "onnx").mkdir(parents=True)
     (tmp_path / "models" / "export" / "onnx" / "model.onnx").write_bytes(b"x" * 1_500_000)
@@ -135,7 +158,7 @@ def test_model_comparison_is_a_row_per_model_from_the_stage_table(tmp_path: Path
     assert artifact_key("stage", "semantic_filter") == "stage-semantic-filter"
 
 
-def test_uncached_folders_are_linked_and_files_copied_into_the_worktree(tmp_path: Path):
+def test_checkpoint_folders_are_linked_and_uncached_files_copied_into_the_worktree(tmp_path: Path):
     workspace, worktree = tmp_path / "ws", tmp_path / "exp"
     (workspace / "ckpt" / "step_2").mkdir(parents=True)
     (workspace / "ckpt" / "step_2" / "shard.bin").write_bytes(b"weights")
@@ -145,8 +168,8 @@ def test_uncached_folders_are_linked_and_files_copied_into_the_worktree(tmp_path
     (worktree / "metrics").mkdir(parents=True)
     (worktree / "metrics" / "tracked.json").write_text('{"from": "git"}')  # what git put there is kept
     train = StageInfo(name="train", needs=(), deps=(), outs=(), metrics=(), plots=(),
-                      uncached=("ckpt", "metrics/train.json", "metrics/tracked.json", "metrics/missing.json"))
-    link_uncached_outputs(workspace, worktree, [train], logging.getLogger("test"))
+                      uncached=("metrics/train.json", "metrics/tracked.json", "metrics/missing.json"))
+    link_uncached_outputs(workspace, worktree, [train], logging.getLogger("test"), ["ckpt", "other_ckpt"])
     linked = worktree / "ckpt" / "step_2" / "shard.bin"
     assert linked.read_bytes() == b"weights"
     assert linked.stat().st_ino == (workspace / "ckpt" / "step_2" / "shard.bin").stat().st_ino  # no bytes copied
@@ -154,6 +177,7 @@ def test_uncached_folders_are_linked_and_files_copied_into_the_worktree(tmp_path
     assert (worktree / "metrics" / "train.json").stat().st_ino != (workspace / "metrics" / "train.json").stat().st_ino
     assert (worktree / "metrics" / "tracked.json").read_text() == '{"from": "git"}'
     assert not (worktree / "metrics" / "missing.json").exists()
+    assert not (worktree / "other_ckpt").exists()  # none in the workspace
 
 
 PARAMS = {"train": {"max_steps": 400, "lr": 0.001, "device": "auto", "progress_bar": True, "model_dir": "models/train",
