@@ -20,8 +20,9 @@ CHECK_MODULE = "stages.common.runtime.check"
 CONFIG_ERROR_STATUS = 2  # the check's exit status for mistakes in params.yaml or its inputs
 
 
-def check_command(root: Path, params: Path | None = None) -> list[str]:
-    return [sys.executable, "-m", CHECK_MODULE, "--root", str(root), *(["--params", str(params)] if params else [])]
+def check_command(root: Path, params: Path | None = None, params_only: bool = False) -> list[str]:
+    return [sys.executable, "-m", CHECK_MODULE, "--root", str(root), *(["--params", str(params)] if params else []),
+            *(["--params-only"] if params_only else [])]
 
 
 def stage_env() -> dict[str, str]:

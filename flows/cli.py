@@ -1,12 +1,13 @@
 """`refinery`: the project's command (`pip install .` puts it on PATH; `python -m flows.cli` in a checkout).
 
     refinery init       a workspace for your own data: dvc.yaml, params.yaml, corpus/, labels/, git and DVC
-    refinery check      params.yaml and the inputs it names, running nothing
+    refinery check      params.yaml, the inputs it names and a first look at the data, running nothing
     refinery demo       check, reproduce the pipeline (`dvc repro`), print the run summary
     refinery status     which stages `dvc repro` would run, and why
     refinery serve      the Prefect server with the `pipeline` and `retrain` deployments
     refinery generate   sample text from the exported model
-    refinery summary    the run summary of the last pipeline run
+    refinery summary    the run summary of the last pipeline run (stale figures marked)
+    refinery compare    runs side by side: headline figures and their change against a baseline
 
 Every command but `init` works on a workspace (a folder with dvc.yaml and params.yaml): the current
 folder, or `--root`; elsewhere it says so in one line (exit status 2). Nothing here imports torch: what
@@ -52,7 +53,7 @@ def check(args: argparse.Namespace) -> int:
     root = args.root.resolve() if args.root else params.parent if params else Path.cwd().resolve()
     if _refused(root, need_params=params is None):
         return 2
-    return _call(check_command(root, params), cwd=root)
+    return _call(check_command(root, params, args.params_only), cwd=root)
 
 
 def init(args: argparse.Namespace) -> int:
@@ -86,7 +87,7 @@ def demo(args: argparse.Namespace) -> int:
     from flows.summary import print_summary
 
     print()
-    print_summary(root)
+    print_summary(root, check_stale=False)  # just reproduced: nothing is stale
     return 0
 
 
@@ -141,6 +142,21 @@ def summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare(args: argparse.Namespace) -> int:
+    from flows.compare import compare as compare_runs
+
+    root = _workspace(args)
+    if _refused(root):
+        return 2
+    try:
+        lines = compare_runs(root, args.runs, args.baseline)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def serve(argv: list[str]) -> int:
     from flows.serve import main
 
@@ -183,17 +199,27 @@ def parser() -> argparse.ArgumentParser:
 
     sub = add("check", check, "Check params.yaml and the inputs it names, running nothing",
               "Every stage's section (unknown keys, types, ranges, cross-field rules such as the parallel layout) "
-              "and every input no stage makes (e.g. clean.input). Exit status 0 when the pipeline can start, 2 with "
-              "one line per mistake.")
+              "and every input no stage makes (e.g. clean.input); then the data: the first records of each source "
+              "through clean's checks, the labels against what the semantic filter needs, the tokens each tier would "
+              "get against what training needs. Exit status 0 when the pipeline can start, 2 with one line per "
+              "mistake.")
     sub.add_argument("--params", type=Path, help="the params file to check (default: <root>/params.yaml); without "
                                                  "--root, the workspace is its folder")
+    sub.add_argument("--params-only", action="store_true", help="the params and that the inputs exist; no data read")
     sub = add("demo", demo, "Check, reproduce the pipeline, print the run summary",
               f"`{PROG} check`, then `dvc repro` (only the stages whose inputs, code or params changed), then the "
               "run summary. As params.yaml ships, on the bundled demo corpus.")
     sub.add_argument("--force", action="store_true", help="rerun every stage (`dvc repro --force`)")
     add("status", status, "Which stages `dvc repro` would run, and why",
         "`dvc status` in words: changed inputs, params or code, and the stages after them.")
-    add("summary", summary, "Print the run summary of the last pipeline run", "Read from metrics/.")
+    add("summary", summary, "Print the run summary of the last pipeline run",
+        "Read from metrics/; figures of stages that `dvc repro` would rerun are marked stale.")
+    sub = add("compare", compare, "Compare runs: the workspace, experiments, git revisions",
+              "One row per run with the headline figures (documents kept, validation perplexity, training speed, the "
+              "INT8 model's size, speed and perplexity ratio) and each one's change against the baseline.")
+    sub.add_argument("runs", nargs="*", metavar="RUN", help="experiment names (`dvc exp show`) or git revisions "
+                                                             "(default: the workspace, HEAD and HEAD's experiments)")
+    sub.add_argument("--baseline", metavar="RUN", help="the run the others are compared with (default: HEAD)")
     add("serve", None, "Start the Prefect server and serve the flows",
         "The UI on http://127.0.0.1:4200, the `pipeline` and the scheduled `retrain` deployments, until Ctrl-C. "
         f"`{PROG} serve --help` for its options.")

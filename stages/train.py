@@ -16,9 +16,9 @@ end. Rank 0 then writes
     <metrics_path>                    final figures (flat JSON)
     <steps_path>, <val_path>          per-step curves and per-tier validation perplexity (`dvc plots`)
 
-Checkpoints live in `checkpoint_dir` (a persistent DVC output, so a rerun after a crash resumes); they
-carry a fingerprint of every param that shapes the result, and checkpoints of another configuration
-are cleared rather than resumed.
+Checkpoints live in `checkpoint_dir` (scratch, not a DVC output: DVC leaves it alone, so a rerun after a
+crash resumes); they carry a fingerprint of every param that shapes the result, and checkpoints of another
+configuration are cleared rather than resumed.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from flows.check import check_workspace
 from tests.conftest import ROOT
 from tests.flows.conftest import TWO_STAGE_FILES, TWO_STAGE_PARAMS, TWO_STAGES, make_repo
 
-COMMANDS = ["init", "check", "demo", "status", "summary", "serve", "generate"]
+COMMANDS = ["init", "check", "demo", "status", "summary", "compare", "serve", "generate"]
 
 
 def refinery(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -56,7 +56,7 @@ def test_an_unknown_command_is_a_usage_error():
     assert proc.returncode == 2 and "invalid choice: 'trian'" in proc.stderr
 
 
-@pytest.mark.parametrize("args", [["summary"], ["status"], ["demo"], ["check"], ["check", "--params", "params.yaml"]])
+@pytest.mark.parametrize("args", [["summary"], ["status"], ["demo"], ["compare"], ["check"], ["check", "--params", "params.yaml"]])
 def test_outside_a_workspace_a_command_says_so_in_one_line(args, tmp_path: Path):
     proc = refinery(*args, cwd=tmp_path)
     missing = "dvc.yaml" if "--params" in args else "dvc.yaml / params.yaml"
