@@ -56,6 +56,12 @@ class RetrainConfig:
             raise ValueError(f"flows config 'retrain.num_threads' must be >= 0, got {self.num_threads}")
 
 
+QUICK_PROFILE = ("train.max_steps=20", "prune.calibration_batches=2", "prune.distill.steps=10", "prune.val_batches=4",
+                 "qat.calibration_batches=2", "qat.distill.steps=10", "qat.val_batches=4", "export.val_batches=4",
+                 "export.latency_runs=5", "export.latency_rounds=1", "export.int8_parity_batches=1",
+                 "export.ort_dynamic_baseline=false")
+
+
 @dataclass(frozen=True)
 class FlowsConfig:
     lock_wait_s: float = 0.0
@@ -65,6 +71,8 @@ class FlowsConfig:
     export_stage: str = "export"
     # folders of resumable work that are not DVC outputs: an experiment's worktree gets hard links to them
     checkpoint_dirs: tuple[str, ...] = ("${train.checkpoint_dir}", "${prune.checkpoint_dir}", "${qat.checkpoint_dir}")
+    # named lists of set_params overrides (the pipeline flow's `profile`)
+    profiles: dict[str, list[str]] = field(default_factory=lambda: {"quick": list(QUICK_PROFILE)})
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
 
 

@@ -165,11 +165,13 @@ def _experiments_root(root: Path, cfg: FlowsConfig) -> Path:
 @flow(name="pipeline", on_failure=[_remove_worktree_of_run], on_crashed=[_remove_worktree_of_run],
       on_cancellation=[_remove_worktree_of_run])
 def pipeline(set_params: list[str] | None = None, experiment: bool | None = None,
-             experiment_name: str = "") -> dict[str, Any]:
+             experiment_name: str = "", profile: str = "") -> dict[str, Any]:
     """Reproduce every DVC stage, one task each.
 
     set_params: `dvc exp run --set-param` overrides of existing, non-path params.yaml values, same type,
     e.g. `train.max_steps=50`; they make the run an experiment.
+    profile: a named set of overrides from flows/config.yaml's `profiles` (`quick`: training, pruning, QAT
+    and export shrunk together, for a look in minutes), applied before set_params.
     experiment: run as a DVC experiment (default: only when there are overrides); the workspace is untouched.
     experiment_name: the experiment's name in `dvc exp show` (default: this flow run's name); letters,
     digits, `.`, `_`, `-`.
@@ -177,7 +179,10 @@ def pipeline(set_params: list[str] | None = None, experiment: bool | None = None
     root = resolve_workspace()
     cfg = load_config(root)
     log = get_run_logger()
-    overrides = list(set_params or [])
+    if profile and profile not in cfg.profiles:
+        raise ValueError(f"profile {profile!r} is not one of flows/config.yaml's profiles: "
+                         f"{', '.join(sorted(cfg.profiles)) or 'none'}")
+    overrides = [*cfg.profiles.get(profile, []), *(set_params or [])]
     check_overrides(overrides, workspace_params(root))
     as_experiment = bool(overrides) if experiment is None else experiment
     if overrides and not as_experiment:

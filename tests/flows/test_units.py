@@ -238,3 +238,11 @@ def test_experiment_names():
     for name in ["", "../x", "a/b", ".hidden", "-rf", "a..b", "x.lock", "x.", "a b", "é", "A" * 65, "a\nb"]:
         with pytest.raises(ValueError, match=r"^experiment_name .* is not allowed: use 1-64 letters"):
             check_experiment_name(name)
+
+
+def test_the_quick_profile_is_a_valid_set_of_overrides_that_shrinks_every_model_stage():
+    from flows.validation import check_overrides
+
+    quick = load_config(ROOT).profiles["quick"]
+    check_overrides(quick, yaml.safe_load((ROOT / "params.yaml").read_text()))
+    assert {o.split(".")[0] for o in quick} == {"train", "prune", "qat", "export"}
