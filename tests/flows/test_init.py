@@ -14,6 +14,7 @@ from flows.workspace import (CORPUS_DIR, DEMO_STAGE, LABELS_PATH, TEMPLATE_DIR, 
 from stages.clean import Params as CleanParams
 from stages.common.runtime.check import interpolate, maker, read_dvc_stages
 from stages.common.runtime.params import from_dict
+from stages.common.text.readers import SUPPORTED_SUFFIXES
 from tests.conftest import BIN, ROOT
 from tests.flows.test_cli import refinery
 
@@ -110,11 +111,12 @@ def test_init_makes_a_workspace_that_check_and_dvc_understand(tmp_path: Path):
     config = subprocess.run([str(BIN / "dvc"), "config", "core.analytics"], cwd=ws, capture_output=True, text=True)
     assert config.stdout.strip() == "false"
 
-    # What is still yours to do is a one-line error each: first the labels, then (once they are there) the
-    # empty corpus folder.
+    # What is still yours to do is a one-line error each: the labels and the empty corpus folder.
     check = refinery("check", cwd=ws)
-    assert check.returncode == 2 and check.stderr == (f"error: param 'semantic_embed.labels_path': {LABELS_PATH} does "
-                                                      "not exist and no stage in dvc.yaml makes it\n"), check.stderr
+    assert check.returncode == 2 and check.stderr.splitlines() == [
+        f"error: param 'semantic_embed.labels_path': {LABELS_PATH} does not exist and no stage in dvc.yaml makes it",
+        "error: param 'clean.input': input 'corpus' (pattern '*') matches no "
+        + "/".join(SUPPORTED_SUFFIXES) + " file"], check.stderr
     (ws / LABELS_PATH).write_text('{"text": "Flash sale, today only", "label": "drop", "category": "ad"}\n')
     check = refinery("check", cwd=ws)
     assert check.returncode == 2 and "Traceback" not in check.stderr

@@ -202,6 +202,8 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
     params = read_params(params_path)
     stages = read_dvc_stages(root)
     errors: list[str] = []
+    params_valid = True  # every section builds: the data checks can run, but those of stages missing an input
+    missing_inputs: set[str] = set()
     read = {p.split(".")[0] for s in stages for p in s.params}
     read |= {m.split(".")[0] for s in stages for text in (*s.deps, *s.outs, s.cmd) for m in REFERENCE_RE.findall(text)}
     for section in params:
@@ -213,6 +215,7 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
     for stage in stages:
         if stage.module and (error := check_stage_params(stage, params, params_path)):
             errors.append(error)
+            params_valid = False
         for dep in stage.deps:
             try:
                 path = interpolate(dep, params)
@@ -223,12 +226,13 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
             if maker(path, stages, params) or input_exists(path if is_url(path) else root / path):
                 continue
             path = redact(path)
+            missing_inputs.add(stage.name)
             reference = REFERENCE_RE.fullmatch(dep)
             errors.append(f"param {reference.group(1)!r}: {path} does not exist and no stage in dvc.yaml makes it"
                           if reference else
                           f"dvc.yaml: stage {stage.name!r} depends on {path}: it does not exist and no stage makes it")
-    if not errors and read_data:
-        data_errors, notes = check_stage_data(stages, params, root)
+    if params_valid and read_data:
+        data_errors, notes = check_stage_data([s for s in stages if s.name not in missing_inputs], params, root)
         errors += data_errors
         for note in notes:
             print(note)
