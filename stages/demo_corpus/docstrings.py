@@ -23,7 +23,6 @@ from pydoc_data.topics import topics as PYDOC_TOPICS
 from typing import Any
 
 import xxhash
-from datasketch import MinHash, MinHashLSH
 
 from stages.demo_corpus.tables import PACKAGE_MODULES, QUOTE_STARTS, STDLIB_MODULES
 from stages.demo_corpus.text import SENTENCE_END, _sentences
@@ -203,6 +202,8 @@ def _words(text: str) -> list[str]:
 def _drop_near_duplicates(articles: list[str]) -> list[str]:
     """Keep the first of articles sharing many word 3-grams (templated docstrings, overlapping help
     topics), which the `clean` stage would drop as near duplicates although the labels say unique."""
+    from datasketch import MinHash, MinHashLSH  # here: its import (scipy) costs ~0.7 s, `refinery check` imports us
+
     template = MinHash(num_perm=64, seed=1)
     lsh = MinHashLSH(threshold=0.5, num_perm=64)
     kept = []

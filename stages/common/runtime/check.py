@@ -193,6 +193,24 @@ def check_stage_data(stages: list[DvcStage], params: Mapping[str, Any], root: Pa
     return errors, notes
 
 
+SCRATCH_KEYS = ("checkpoint_dir", "work_dir")  # folders a stage keeps across runs, which DVC does not manage
+
+
+def scratch_overlaps(stages: list[DvcStage], params: Mapping[str, Any]) -> list[str]:
+    """A scratch folder (a checkpoint or work folder: not a DVC output, so DVC does not keep it apart from
+    the outputs) inside or around a stage's output would be wiped when that stage publishes, or wipe it."""
+    errors = []
+    for section, values in params.items():
+        if not isinstance(values, Mapping):
+            continue
+        for key in SCRATCH_KEYS:
+            path = values.get(key)
+            if isinstance(path, str) and path and not is_url(path) and (made_by := maker(path, stages, params)):
+                errors.append(f"param '{section}.{key}': {path} overlaps an output of stage {made_by!r}: "
+                              "choose a folder of its own")
+    return errors
+
+
 def check_workspace(root: Path, params_path: Path | None = None, read_data: bool = True) -> list[str]:
     """Every mistake found in the params file (default `<root>/params.yaml`) and the inputs it names, one
     line each; empty when the pipeline can start. Relative paths are relative to `root`, where DVC runs.
@@ -231,6 +249,7 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
             errors.append(f"param {reference.group(1)!r}: {path} does not exist and no stage in dvc.yaml makes it"
                           if reference else
                           f"dvc.yaml: stage {stage.name!r} depends on {path}: it does not exist and no stage makes it")
+    errors += scratch_overlaps(stages, params)
     if params_valid and read_data:
         data_errors, notes = check_stage_data([s for s in stages if s.name not in missing_inputs], params, root)
         errors += data_errors

@@ -59,6 +59,9 @@ MISTAKES = {
     "missing input": ({"clean.input": "data/raw/mine"},
                       "param 'clean.input': data/raw/mine does not exist and no stage in dvc.yaml makes it"),
     "unknown section": ({"trian": {"max_steps": 3}}, "unknown section 'trian' in "),
+    "scratch in an output": ({"train.checkpoint_dir": "models/train/ckpt"},
+                             "param 'train.checkpoint_dir': models/train/ckpt overlaps an output of stage 'train': "
+                             "choose a folder of its own"),
 }
 
 
