@@ -94,6 +94,8 @@ def test_own_mixed_folder_from_init_to_export(tmp_path: Path):
     for path in ("models/export/onnx/model.int8.onnx", "models/export/hf/config.json", "reports/index.html"):
         assert (ws / path).is_file(), path
 
+    report = (ws / "reports" / "index.html").read_text(encoding="utf-8")
+    assert "Per input source" in report and all(f"<td>{name}</td>" in report for name in num_records)
     summary = sh([refinery, "summary"], ws)
     assert all(f"source {name}" in summary for name in num_records) and "stale" not in summary
     assert "Running stage" not in sh([str(BIN / "dvc"), "repro"], ws)

@@ -306,9 +306,29 @@ def read_values_at(path: str | Path, name: str, rows: Sequence[int]) -> dict[int
 
 def read_funnel(clean_dir: str | Path, filtered_dir: str | Path, docs_dir: str | Path) -> dict[str, Any]:
     """The funnel of a run from the clean and semantic_filter stages' datasets (docs/ and quarantine/) and the
-    perplexity stage's docs."""
+    perplexity stage's docs, with the funnel of each input source (`sources`)."""
     clean, filtered = Path(clean_dir), Path(filtered_dir)
-    clean_langs = read_columns(clean / "docs", ["lang"])["lang"]
-    num_read = len(clean_langs) + num_rows(clean / "quarantine")
-    return funnel(num_read, clean_langs, read_columns(filtered / "docs", ["lang"])["lang"],
-                  read_columns(docs_dir, ["lang", "tier", "split", "num_tokens"]))
+    clean_docs = read_columns(clean / "docs", ["lang", "source"])
+    quarantined = read_columns(clean / "quarantine", ["source"])["source"]
+    filtered_docs = read_columns(filtered / "docs", ["lang", "source"])
+    docs = read_columns(docs_dir, ["lang", "tier", "split", "num_tokens", "source"])
+    out = funnel(len(clean_docs["lang"]) + len(quarantined), clean_docs["lang"], filtered_docs["lang"], docs)
+    out["sources"] = source_funnel(clean_docs["source"] + quarantined, clean_docs["source"], filtered_docs["source"],
+                                   docs)
+    return out
+
+
+def source_funnel(read: Sequence[str | None], clean: Sequence[str | None], filtered: Sequence[str | None],
+                  docs: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Per input source (clean.sources): documents read, kept by clean and by semantic_filter, and the
+    documents and tokens of the training split; one row per source, in order of documents read."""
+    num_read, num_clean, num_filtered = Counter(read), Counter(clean), Counter(filtered)
+    train_docs: Counter[str | None] = Counter()
+    train_tokens: Counter[str | None] = Counter()
+    for source, split, num_tokens in zip(docs["source"], docs["split"], docs["num_tokens"]):
+        if split == "train":
+            train_docs[source] += 1
+            train_tokens[source] += int(num_tokens)
+    return [{"source": source, "read": n, "clean": num_clean[source], "semantic_filter": num_filtered[source],
+             "train_docs": train_docs[source], "train_tokens": train_tokens[source]}
+            for source, n in num_read.most_common()]

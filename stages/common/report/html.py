@@ -128,6 +128,12 @@ def funnel_section(fig: dict[str, Any]) -> str:
     note = (f"The train stage read {num(seen)} tokens in {num(train.get('steps'))} steps: "
             f"{seen / train_tokens:.2f} passes over the training split (batches mix the tiers by schedule)."
             if seen and train_tokens else "")
+    sources = funnel.get("sources") or []
+    if len(sources) > 1:  # the input's sources (clean.sources): where the documents that survive come from
+        steps += "<h3>Per input source</h3>" + table(
+            ["source", "read", "kept by clean", "kept by semantic_filter", "train docs", "train tokens"],
+            [[s["source"] or "–", num(s["read"]), num(s["clean"]), num(s["semantic_filter"]), num(s["train_docs"]),
+              num(s["train_tokens"])] for s in sources], [False, True, True, True, True, True])
     return (f"<p class=note>Counts come from the datasets each stage wrote (kept documents and quarantine); "
             f"the language is the one the clean stage detected. A record read but dropped before language "
             f"identification has none.</p>{chart}{steps}<h3>Documents and tokens that reached training</h3>"

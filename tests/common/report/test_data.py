@@ -113,3 +113,13 @@ def test_a_missing_dataset_or_file_is_one_line_naming_it(tmp_path):
         data.read_columns(tmp_path / "nowhere", ["lang"])
     with pytest.raises(FileNotFoundError, match=r"^.*x\.json: not found"):
         data.read_json(tmp_path / "x.json")
+
+
+def test_the_funnel_of_each_source_counts_read_kept_and_trained():
+    docs = {"source": ["crawl", "export", "export"], "split": ["train", "train", "val"], "num_tokens": [5, 7, 11]}
+    rows = data.source_funnel(["crawl", "export", "export", "crawl", "export", None], ["crawl", "export", "export"],
+                              ["crawl", "export", "export"], docs)
+    assert rows == [
+        {"source": "export", "read": 3, "clean": 2, "semantic_filter": 2, "train_docs": 1, "train_tokens": 7},
+        {"source": "crawl", "read": 2, "clean": 1, "semantic_filter": 1, "train_docs": 1, "train_tokens": 5},
+        {"source": None, "read": 1, "clean": 0, "semantic_filter": 0, "train_docs": 0, "train_tokens": 0}]
