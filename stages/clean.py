@@ -245,10 +245,11 @@ def original_record(parsed: Record) -> str:
 
 
 def dropped(doc_id: str, reason: str, source: str, index: int, record: str, lang: str | None = None,
-            lang_prob: float | None = None) -> dict[str, Any]:
-    """A dropped record's result row."""
+            lang_prob: float | None = None, text: str | None = None, value: float | None = None) -> dict[str, Any]:
+    """A dropped record's result row; `text` is the text as judged (after normalisation), `value` what the
+    deciding rule measured."""
     return {"id": doc_id, "reason": reason, "lang": lang, "lang_prob": lang_prob, "source": source, "index": index,
-            "record": record}
+            "record": record, "judged_text": text, "score": value}
 
 
 @dataclass
@@ -308,28 +309,31 @@ class Cleaner:
         timings["normalize"] += t2 - t1
         original = original_record(parsed)
         if len(text) < self.rules.min_any_chars:  # before language ID: the detector is the costly step
-            return dropped(parsed.id, "quality:too_short", parsed.source, parsed.index, original)
+            return dropped(parsed.id, "quality:too_short", parsed.source, parsed.index, original, text=text,
+                           value=len(text))
         return Normalized(parsed, text, original, t2 - t1)
 
     def checked(self, record: Normalized, lang: LangResult, timings: Counter[str]) -> dict[str, Any]:
         """The language filter, the quality rules and the dedup keys, within what is left of the time budget."""
         parsed, text, original = record.parsed, record.text, record.original
         if lang.lang not in self.languages:
-            return dropped(parsed.id, f"lang:{lang.lang}", parsed.source, parsed.index, original, lang.lang, lang.prob)
+            return dropped(parsed.id, f"lang:{lang.lang}", parsed.source, parsed.index, original, lang.lang, lang.prob,
+                           text, lang.prob)
         if lang.kept_prob < self.p.min_lang_prob:  # in SOME kept language, be it ru or bg, es or pt, ...
             return dropped(parsed.id, f"lang_low_prob:{lang.lang}", parsed.source, parsed.index, original,
-                           lang.lang, lang.prob)
+                           lang.lang, lang.prob, text, lang.kept_prob)
         budget = self.p.record_time_budget_s
         try:
             if budget and record.cpu_seconds >= budget:
                 raise RecordTooSlow
             with time_budget(budget - record.cpu_seconds if budget else 0):
                 t0 = time.thread_time()
-                reason = self.rules.check(text, lang.lang)
+                reason, value = self.rules.judge(text, lang.lang)
                 t1 = time.thread_time()
                 timings["rules"] += t1 - t0
                 if reason:
-                    return dropped(parsed.id, reason, parsed.source, parsed.index, original, lang.lang, lang.prob)
+                    return dropped(parsed.id, reason, parsed.source, parsed.index, original, lang.lang, lang.prob,
+                                   text, value)
                 signature = self.signer(text, lang.lang) if self.signer else None
                 key = exact_key(text)
                 timings["signature"] += time.thread_time() - t1
@@ -400,7 +404,8 @@ class CleanStage(FilterStage):
     def verdict(self, result: dict[str, Any], raw: RawRecord) -> Verdict:
         if result["reason"] is not None:
             return Dropped(result["id"], result["reason"], result["source"], result["record"], result["lang"],
-                           result["lang_prob"], result["index"], file=result["file"])
+                           result["lang_prob"], result["index"], score=result["score"], file=result["file"],
+                           judged_text=result["judged_text"])
         sig = result["signature"]  # uint32 or uint64 values, by the MinHash scheme
         signature = None if sig is None else np.frombuffer(sig, dtype=f"u{len(sig) // self.params.dedup.num_perm}")
         row = {k: result[k] for k in ("id", "text", "lang", "lang_prob", "source", "file", "meta")}
@@ -418,7 +423,7 @@ class CleanStage(FilterStage):
         if dup is None:
             return verdict
         return Dropped(row["id"], dup[0], row["source"], verdict.original, row["lang"], row["lang_prob"],
-                       verdict.index, dup_of=dup[1], file=row["file"])
+                       verdict.index, dup_of=dup[1], file=row["file"], judged_text=row["text"])
 
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         input_mb, seconds = self.counts["num_bytes"] / 1e6, metrics["seconds"]

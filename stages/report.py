@@ -52,22 +52,29 @@ class Params:
     examples_per_reason: int = param(3, min=0)
     examples_per_tier: int = param(2, min=0)  # per language and tier: the documents nearest the tier's median
     example_chars: int = param(300, min=20)  # characters shown per example
+    seed: int = param(0, min=0)  # the sample of records shown for each reason
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
 
 
-def drop_examples(params: Params, drops: list[dict[str, Any]], reasons: dict[str, list[str]]) -> dict:
-    """Excerpts of the first records of the most frequent reasons of each family, read from the quarantines
-    (one pass over the row groups holding them per stage)."""
+def drop_examples(params: Params, drops: list[dict[str, Any]],
+                  reasons: dict[str, list[str]]) -> dict[tuple[str, str], list[tuple[str, float | None]]]:
+    """(excerpt, measured value) of a seeded sample of the records of the most frequent reasons of each
+    family, read from the quarantines: the text as the stage judged it (clean: after normalisation, so a
+    page's text rather than its HTML) where the record got that far, and what the deciding rule measured."""
     folders = {"clean": Path(params.clean_dir), "semantic_filter": Path(params.filtered_dir)}
     wanted = data.example_reasons(drops, params.example_reasons)
-    examples: dict[tuple[str, str], list[str]] = {}
+    examples: dict[tuple[str, str], list[tuple[str, float | None]]] = {}
     for stage, folder in folders.items():
-        rows = data.example_rows(reasons[stage], [r for s, r in wanted if s == stage], params.examples_per_reason)
-        records = data.read_values_at(folder / "quarantine", "record", [i for picks in rows.values() for i in picks])
+        rows = data.example_rows(reasons[stage], [r for s, r in wanted if s == stage], params.examples_per_reason,
+                                 params.seed)
+        picked = [i for picks in rows.values() for i in picks]
+        records, judged, scores = (data.read_values_at(folder / "quarantine", column, picked)
+                                   for column in ("record", "judged_text", "score"))
         for reason, picks in rows.items():
-            examples[stage, reason] = [data.excerpt(data.record_text(records[i]), params.example_chars) for i in picks]
+            examples[stage, reason] = [(data.excerpt(judged[i] or data.record_text(records[i]), params.example_chars),
+                                        scores[i]) for i in picks]
     return examples
 
 

@@ -86,6 +86,13 @@ def test_clean_keeps_drops_and_explains(tmp_path):
     assert dups == {"en-exact": "en", "en-near": "en"}
     de = next(q for q in quarantine if q["id"] == "de")
     assert de["lang"] == "de" and json.loads(de["record"])["text"] == DE  # the original survives
+    # beside it, the text as judged and what decided: the language's probability, the rule's measured value
+    assert de["judged_text"] == DE and de["score"] == pytest.approx(de["lang_prob"])
+    short = next(q for q in quarantine if q["id"] == "short")
+    assert (short["judged_text"], short["score"]) == ("Buy now!", len("Buy now!"))
+    near = next(q for q in quarantine if q["id"] == "en-near")
+    assert near["judged_text"].startswith("The river runs") and json.loads(near["record"])["id"] == "en-near"
+    assert next(q for q in quarantine if q["id"] == "notext")["judged_text"] is None  # never got that far
     assert metrics["num_read"] == 12 == metrics["num_kept"] + metrics["num_quarantined"]
     assert metrics["dropped.lang:de"] == 1 and metrics["kept.en"] == 2
     assert json.loads(Path(params.detail_path).read_text()) == metrics

@@ -116,6 +116,9 @@ def test_examples_are_few_and_short(page):
     assert all(len(e) <= 300 + len("…") + 4 * 2 for e in drops)  # control characters become \xNN
     tiers = [e for e in examples if e.startswith("perplexity ")]
     assert len(tiers) == 2 * 2 * 3  # 2 per language and tier
+    # a rule's drop shows the text it judged and what it measured, not the raw record
+    judged = [e for e in drops if "judged text" in e]
+    assert len(judged) == 2 and all(e.startswith("<b>measured 1</b> judged text ") for e in judged)
 
 
 def test_lineage_names_the_revision_params_digest_and_the_lock_digests(page, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -84,14 +85,15 @@ def example_reasons(stages: Sequence[dict[str, Any]], per_family: int) -> list[t
     return [(s["stage"], r["reason"]) for s in stages for g in s["families"] for r in g["reasons"][:per_family]]
 
 
-def example_rows(reasons: Sequence[str], wanted: Sequence[str], per_reason: int) -> dict[str, list[int]]:
-    """Row numbers of the first `per_reason` records of each wanted reason: the first rows share few row
-    groups, so reading their texts stays cheap whatever the size of the quarantine."""
+def example_rows(reasons: Sequence[str], wanted: Sequence[str], per_reason: int, seed: int) -> dict[str, list[int]]:
+    """Row numbers of a seeded random sample of `per_reason` records of each wanted reason (in row order), so
+    the examples show a reason's typical drops, not only the records that came first."""
     rows: dict[str, list[int]] = {reason: [] for reason in wanted}
     for i, reason in enumerate(reasons):
-        if reason in rows and len(rows[reason]) < per_reason:
+        if reason in rows:
             rows[reason].append(i)
-    return rows
+    rng = random.Random(seed)
+    return {reason: sorted(rng.sample(found, min(per_reason, len(found)))) for reason, found in rows.items()}
 
 
 def record_text(record: str) -> str:
@@ -290,10 +292,12 @@ def read_columns(path: str | Path, columns: Sequence[str]) -> dict[str, list[Any
 
 def read_values_at(path: str | Path, name: str, rows: Sequence[int]) -> dict[int, Any]:
     """Column `name` at the given row numbers (counted over the whole dataset), reading only the row groups
-    that hold them."""
+    that hold them; None for each where the dataset has no such column."""
     wanted, out, offset = sorted(set(rows)), {}, 0
     for file in parquet_files(path):
         parquet = pq.ParquetFile(file)
+        if name not in parquet.schema_arrow.names:
+            return {r: None for r in wanted}
         for group in range(parquet.num_row_groups):
             size = parquet.metadata.row_group(group).num_rows
             inside = [r for r in wanted if offset <= r < offset + size]

@@ -169,11 +169,15 @@ def drops_section(fig: dict[str, Any]) -> str:
                      + table(["family / reason", "documents", "of the stage's input", *columns], rows,
                              [False, True, True, *[True] * len(columns)], classes, raw=True))
     examples = []
-    for (stage, reason), texts in fig["examples"].items():
-        quoted = "".join(f"<div class=ex>{esc(t)}</div>" for t in texts)
+    for (stage, reason), picks in fig["examples"].items():
+        quoted = "".join(f"<div class=ex>{f'<b>measured {value:.3g}</b> ' if value is not None else ''}{esc(t)}</div>"
+                         for t, value in picks)
         examples.append(f"<h4>{esc(stage)}: <code>{esc(reason)}</code></h4>{quoted}")
-    return ("".join(parts) + "<h3>Examples</h3><p class=note>The first records of the most frequent reasons of "
-            "each family, truncated; addresses are written <code>[:]//</code>.</p>" + "".join(examples))
+    return ("".join(parts) + "<h3>Examples</h3><p class=note>A seeded random sample of the records of the most "
+            "frequent reasons of each family, as the stage judged them (the clean stage: after normalisation, so "
+            "a page's text, not its HTML), with what the deciding rule or model measured (a ratio, a count, a "
+            "length, a language's probability or the filter's score; the threshold is in params.yaml), truncated; "
+            "addresses are written <code>[:]//</code>.</p>" + "".join(examples))
 
 
 def threshold_cell(lang: dict[str, Any]) -> str:

@@ -29,8 +29,9 @@ QUARANTINE_SCHEMA = pa.schema([
     ("file", pa.string()),
     ("index", pa.int64()),
     ("dup_of", pa.string()),
-    ("score", pa.float32()),  # the deciding score where a model decided (semantic_filter), else null
-    ("record", pa.large_string()),  # the original record, or the cleaned text for rule/dedup drops
+    ("score", pa.float32()),  # the deciding value: a model's score (semantic_filter), what a rule measured (clean)
+    ("judged_text", pa.large_string()),  # the text as judged (clean: after normalisation), where it got that far
+    ("record", pa.large_string()),  # the original record
 ])
 
 

@@ -63,13 +63,14 @@ class Dropped:
     lang_prob: float | None = None
     index: int | None = None  # the record's position in its input file, where the stage knows it
     dup_of: str | None = None
-    score: float | None = None  # the deciding score, where a model decided
+    score: float | None = None  # the deciding value: a model's score, or what a rule measured
     file: str | None = None  # the input file it came from
+    judged_text: str | None = None  # the text as the stage judged it, where it differs from the record's
 
     def row(self, stage: str) -> dict[str, Any]:
         return {"id": self.id, "stage": stage, "reason": self.reason, "lang": self.lang, "lang_prob": self.lang_prob,
                 "source": self.source, "file": self.file, "index": self.index, "dup_of": self.dup_of,
-                "score": self.score, "record": self.record}
+                "score": self.score, "judged_text": self.judged_text, "record": self.record}
 
 
 Verdict = Kept | Dropped

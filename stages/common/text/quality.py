@@ -1,7 +1,8 @@
 """Heuristic quality rules in the spirit of Gopher (Rae et al., 2021) and C4, by script.
 
 `QualityRules.check(text, lang)` runs cheap rules first and returns the first failing reason
-(`quality:<rule>`) or None. Which rules apply follows how the language is written, not which
+(`quality:<rule>`) or None; `judge` returns that rule's measured value with it (the ratio, count or
+length it compared with its threshold), for the quarantine and the report. Which rules apply follows how the language is written, not which
 language it is:
 - languages written without spaces between words (Chinese, Japanese, Thai, Lao, Khmer, Burmese:
   `SCRIPT_CHARS`) get character rules, counted on the characters of their script;
@@ -136,6 +137,9 @@ def _dup_ngram_char_ratio(tokens: list[str], n: int, total: int) -> float:
     return int(lengths[covered].sum()) / total
 
 
+Failed = tuple[str, float]  # a rule's reason and the value it measured
+
+
 class QualityRules:
     def __init__(self, params: QualityParams) -> None:
         self.p = params
@@ -146,70 +150,78 @@ class QualityRules:
         return min(self.p.min_chars, self.p.min_script_chars)
 
     def check(self, text: str, lang: str) -> str | None:
+        return self.judge(text, lang)[0]
+
+    def judge(self, text: str, lang: str) -> tuple[str | None, float | None]:
+        """(the first failing rule's reason, the value it measured), or (None, None)."""
         tokens = _tokens(text, lang)
         if lang in UNSPACED_LANGS:
-            reason = self._check_chars(text, tokens)
+            failed = self._check_chars(text, tokens)
         else:
-            reason = self._check_words(text, tokens, lang)
-        if reason:
-            return reason
-        return self._check_layout(text, tokens, lang)
+            failed = self._check_words(text, tokens, lang)
+        return failed or self._check_layout(text, tokens, lang) or (None, None)
 
-    def _check_chars(self, text: str, chars: list[str]) -> str | None:
+    def _check_chars(self, text: str, chars: list[str]) -> Failed | None:
         """No stop-word rule here: finding words needs a segmenter, and the most frequent particles (的, の)
         are single characters found in nearly any text of the script, boilerplate included. The script
         ratio does that rule's job: how much of the text is written in the language's script at all."""
         p = self.p
         if len(chars) < p.min_script_chars:
-            return "quality:too_short"
+            return "quality:too_short", len(chars)
         non_space = len(text) - text.count(" ") - text.count("\n")
         if len(chars) / non_space < p.min_script_ratio:
-            return "quality:low_script_ratio"
+            return "quality:low_script_ratio", len(chars) / non_space
         return None
 
-    def _check_words(self, text: str, words: list[str], lang: str) -> str | None:
+    def _check_words(self, text: str, words: list[str], lang: str) -> Failed | None:
         p = self.p
         if sum(map(len, words)) + len(words) < p.min_chars:
-            return "quality:too_short"
+            return "quality:too_short", sum(map(len, words)) + len(words)
         if len(words) < p.min_words:
-            return "quality:too_few_words"
+            return "quality:too_few_words", len(words)
         mean_len = sum(map(len, words)) / len(words)
         if not p.min_mean_word_length <= mean_len <= p.max_mean_word_length:
-            return "quality:mean_word_length"
+            return "quality:mean_word_length", mean_len
         num_symbols = text.count("#") + text.count("...") + text.count("…")
         if num_symbols / len(words) > p.max_symbol_word_ratio:
-            return "quality:symbol_ratio"
-        if len(_WORD_WITH_LETTER_RE.findall(text)) / len(words) < p.min_alpha_word_ratio:
-            return "quality:non_alpha_words"
+            return "quality:symbol_ratio", num_symbols / len(words)
+        alpha_ratio = len(_WORD_WITH_LETTER_RE.findall(text)) / len(words)
+        if alpha_ratio < p.min_alpha_word_ratio:
+            return "quality:non_alpha_words", alpha_ratio
         listed = stop_words().get(lang)
         if listed is not None and p.min_stop_words:
             # Only whether there are `min_stop_words`: the search stops there.
             found = (word for word in words if word.strip(_WORD_PUNCT).casefold() in listed)
-            if sum(1 for _ in itertools.islice(found, p.min_stop_words)) < p.min_stop_words:
-                return "quality:stop_words"
+            num_found = sum(1 for _ in itertools.islice(found, p.min_stop_words))
+            if num_found < p.min_stop_words:
+                return "quality:stop_words", num_found
         return None
 
-    def _check_layout(self, text: str, tokens: list[str], lang: str) -> str | None:
+    def _check_layout(self, text: str, tokens: list[str], lang: str) -> Failed | None:
         p = self.p
         lines = [line for line in text.split("\n") if line.strip()]
         if lines:
-            if sum(1 for line in lines if _BULLET_RE.match(line)) / len(lines) > p.max_bullet_line_ratio:
-                return "quality:bullet_lines"
+            bullet_ratio = sum(1 for line in lines if _BULLET_RE.match(line)) / len(lines)
+            if bullet_ratio > p.max_bullet_line_ratio:
+                return "quality:bullet_lines", bullet_ratio
             # Gopher's ratio targets pages of truncated teasers and link lists ("Read more..."); in a text of a
             # few lines, one or two lines trailing off (speech, chat, verse) would decide it alone.
             num_ellipsis = sum(1 for line in lines if _ELLIPSIS_RE.search(line))
             if num_ellipsis >= p.min_ellipsis_lines and num_ellipsis / len(lines) > p.max_ellipsis_line_ratio:
-                return "quality:ellipsis_lines"
+                return "quality:ellipsis_lines", num_ellipsis / len(lines)
             line_counts = Counter(lines)
             dup_lines = [line for line in lines if line_counts[line] > 1]
             if len(dup_lines) / len(lines) > p.max_dup_line_ratio:
-                return "quality:dup_lines"
-            if sum(map(len, dup_lines)) / sum(map(len, lines)) > p.max_dup_line_char_ratio:
-                return "quality:dup_line_chars"
+                return "quality:dup_lines", len(dup_lines) / len(lines)
+            dup_chars = sum(map(len, dup_lines)) / sum(map(len, lines))
+            if dup_chars > p.max_dup_line_char_ratio:
+                return "quality:dup_line_chars", dup_chars
         total = sum(map(len, tokens))
-        if _top_ngram_ratio(tokens, 2, total) > p.max_top_2gram_ratio:
-            return "quality:top_2gram"
+        top = _top_ngram_ratio(tokens, 2, total)
+        if top > p.max_top_2gram_ratio:
+            return "quality:top_2gram", top
         n = DUP_NGRAM_CHARS.get(lang, 5)  # 5-grams of words, or of characters about as long
-        if _dup_ngram_char_ratio(tokens, n, total) > p.max_dup_ngram_char_ratio:
-            return "quality:dup_ngrams"
+        dup = _dup_ngram_char_ratio(tokens, n, total)
+        if dup > p.max_dup_ngram_char_ratio:
+            return "quality:dup_ngrams", dup
         return None

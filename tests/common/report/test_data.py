@@ -41,7 +41,11 @@ def test_drops_are_grouped_by_family_sorted_by_count_and_split_by_language():
                        "quality:too_short": {"en": 0, "zh": 0, "other": 1}}
     assert data.example_reasons([stage], 1) == [("clean", "lang:de"), ("clean", "quality:stop_words"),
                                                 ("clean", "dedup:near")]
-    assert data.example_rows(reasons, ["lang:de", "dedup:near"], 2) == {"lang:de": [0, 3], "dedup:near": [4]}
+    picked = data.example_rows(reasons, ["lang:de", "dedup:near"], 2, seed=0)
+    assert picked["dedup:near"] == [4] and len(picked["lang:de"]) == 2 and set(picked["lang:de"]) <= {0, 3, 6}
+    assert picked == data.example_rows(reasons, ["lang:de", "dedup:near"], 2, seed=0)  # seeded
+    samples = {tuple(data.example_rows(reasons, ["lang:de"], 2, seed=s)["lang:de"]) for s in range(20)}
+    assert len(samples) > 1  # a sample, not the first rows
 
 
 @pytest.mark.parametrize("record, text", [
