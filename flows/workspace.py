@@ -1,6 +1,7 @@
 """Workspaces: the folder every `refinery` command works on (dvc.yaml and params.yaml, in git and DVC
 repositories), and `refinery init`, which makes one for your own data from the pipeline Refinery ships
-(flows/template/: links to the checkout's dvc.yaml and params.yaml, copies in a wheel).
+(flows/template/: dvc.yaml.in and params.yaml.in, links to the checkout's dvc.yaml and params.yaml, copies
+in a wheel; not named dvc.yaml, which DVC would collect as a second pipeline of this repository).
 
 What `init` writes, nothing of it over an existing file (a folder that holds dvc.yaml or params.yaml is
 refused):
@@ -286,8 +287,8 @@ def init_workspace(root: Path) -> None:
     if taken:
         raise WorkspaceError(f"{root} already holds {' and '.join(taken)}: `refinery init` never overwrites a "
                              "workspace (use an empty folder, or edit the files)")
-    shipped_params = (TEMPLATE_DIR / "params.yaml").read_text(encoding="utf-8")
-    dvc_yaml = own_data_dvc_yaml((TEMPLATE_DIR / "dvc.yaml").read_text(encoding="utf-8"),
+    shipped_params = (TEMPLATE_DIR / "params.yaml.in").read_text(encoding="utf-8")
+    dvc_yaml = own_data_dvc_yaml((TEMPLATE_DIR / "dvc.yaml.in").read_text(encoding="utf-8"),
                                  importlib.metadata.version("refinery"))
     params = own_data_params(shipped_params)
     root.mkdir(parents=True, exist_ok=True)

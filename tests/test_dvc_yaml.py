@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import os
 import re
 import typing
 from pathlib import Path
@@ -184,3 +185,14 @@ def test_a_clone_with_the_dvc_cache_has_every_output():
                 assert not inside, f"{stage}: output {resolved} holds scratch folder {inside}"
                 assert options.get("cache", True) or resolved.startswith("metrics/"), (
                     f"{stage}: {resolved} is neither cached by DVC nor tracked by git")
+
+
+def test_the_checkout_has_one_pipeline_file():
+    """DVC collects every dvc.yaml of a repository (in each revision too, where a symlink reads as its target's
+    path): another one, such as a template of the pipeline, would break `dvc exp show` and experiments."""
+    ignored = {".venv", "data", "models", "reports", ".git", ".dvc", "work", "__pycache__"}
+    found = []
+    for folder, subfolders, names in os.walk(ROOT):
+        subfolders[:] = [name for name in subfolders if name not in ignored]
+        found += [Path(folder) / name for name in names if name == "dvc.yaml"]
+    assert found == [ROOT / "dvc.yaml"]

@@ -25,8 +25,8 @@ EDITED = {("clean", "input"): CORPUS_DIR, ("clean", "sources"): [], ("semantic_e
 
 
 def test_the_template_is_the_pipeline_this_checkout_ships():
-    assert (TEMPLATE_DIR / "dvc.yaml").read_text() == SHIPPED_DVC
-    assert (TEMPLATE_DIR / "params.yaml").read_text() == SHIPPED_PARAMS
+    assert (TEMPLATE_DIR / "dvc.yaml.in").read_text() == SHIPPED_DVC
+    assert (TEMPLATE_DIR / "params.yaml.in").read_text() == SHIPPED_PARAMS
 
 
 def test_params_are_the_shipped_ones_without_the_demo_and_with_your_inputs():
