@@ -130,14 +130,14 @@ def test_the_budget_covers_the_rules_too(tmp_path, monkeypatch):
     """Language ID runs for a shard's records together; the budget goes on through the rules and dedup keys."""
     records = [{"id": "fast", "text": EN}, {"id": "slow", "text": EN + " SLOW"}]
     raw = write_jsonl(tmp_path / "raw" / "part-0.jsonl", records).parent
-    real_check = QualityRules.check
+    real_judge = QualityRules.judge
 
     def slow_on_marker(self, text, lang):
         while text.endswith("SLOW"):
             pass
-        return real_check(self, text, lang)
+        return real_judge(self, text, lang)
 
-    monkeypatch.setattr(QualityRules, "check", slow_on_marker)
+    monkeypatch.setattr(QualityRules, "judge", slow_on_marker)
     params = clean.Params(input=str(raw), out_dir=str(tmp_path / "out"), metrics_path=str(tmp_path / "m.json"),
                           detail_path=str(tmp_path / "m.detail.json"), reasons_plot_path=str(tmp_path / "r.csv"),
                           work_dir=str(tmp_path / "work"), num_workers=1, record_time_budget_s=0.2)
