@@ -1,4 +1,4 @@
-"""Benchmark the Prefect flows against the floors of issue #7.
+"""Benchmark the Prefect flows against their targets.
 
     python -m bench.flows                 # tiny demo config (400 documents), every stage of dvc.yaml
     python -m bench.flows --num-docs 24000 --no-tiny   # the full demo (slow on 2 cores)

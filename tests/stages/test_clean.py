@@ -214,7 +214,7 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
 
 
 def test_devset_floors(tmp_path, devset_dir):
-    """Issue #2's quality floors on the team's labelled devset (the benchmark reports the same figures)."""
+    """The quality targets on the labelled devset in ../shared (the benchmark reports the same figures)."""
     bench = load_bench("clean")
     params = load_section("clean", clean.Params, ROOT / "params.yaml")
     _, outcome = bench.run_clean(params, devset_dir / "devset.jsonl", workers=2)

@@ -33,6 +33,7 @@ from stages.common.compress.quant import (
 from stages.common.lm.model import CHECKPOINT_NAME, Transformer, preset
 from stages.common.training import checkpoint
 from stages.common.training.checkpoint import CheckpointParams
+from tests.conftest import skip_or_fail
 from tests.fixtures.compress import make_inputs, tiny_qat_params
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 
@@ -132,7 +133,7 @@ def test_qat_model_exports_to_an_integer_onnx_graph_that_runs_in_onnxruntime(tmp
 def qemu():
     """AVX2 without VNNI, whatever this machine has: onnxruntime under qemu-user's `-cpu Haswell`."""
     if shutil.which("qemu-x86_64") is None:
-        pytest.skip("qemu-x86_64 is not installed (.ci/run installs Debian's qemu-user)")
+        skip_or_fail("qemu-x86_64 is not installed (.ci/run installs Debian's qemu-user)")
 
 
 @pytest.mark.parametrize("symmetric,dim", [(False, 32), (True, 32), (False, 64)])

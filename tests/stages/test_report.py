@@ -15,7 +15,7 @@ import pytest
 from stages import report
 from stages.common.report import browser
 from stages.common.report.html import SECTIONS
-from tests.conftest import ROOT
+from tests.conftest import ROOT, skip_or_fail
 from tests.fixtures.report import write_lineage_files, write_run
 
 # an absolute address (any scheme) or a protocol-relative one in an attribute or a stylesheet
@@ -147,9 +147,9 @@ def test_the_stage_does_not_import_torch():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.skipif(browser.find_browser() is None,
-                    reason="no Chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)")
 def test_chromium_renders_every_section_of_a_non_blank_page(page, tmp_path):
+    if browser.find_browser() is None:
+        skip_or_fail("no Chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)")
     shot = tmp_path / "report.png"
     dom = browser.render((tmp_path / "reports" / "index.html").as_uri(), shot, width=1280, height=2000)
     for sid, _ in SECTIONS:
