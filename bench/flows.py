@@ -6,7 +6,7 @@
 In a temporary git + DVC copy of the committed project (git HEAD), with a private Prefect server on 127.0.0.1 and
 `python -m flows.serve` serving the deployments, as `make flows` does:
 1. UI run: the `pipeline` deployment is started through the API exactly as the UI's Run button does,
-   with a parameter override; floor: the run completes and `dvc exp show` lists it with the override and
+   with a parameter override; target: the run completes and `dvc exp show` lists it with the override and
    the metrics of every stage.
 2. Overhead: the experiment is applied to the workspace (`dvc exp apply`), so every stage is up to date;
    then plain `dvc repro`, the `pipeline` flow called in-process, and the `pipeline` deployment run
@@ -162,10 +162,10 @@ def write_results(results: dict) -> None:
     ui, up = results["ui_run"], results["up_to_date"]
     median_flow = statistics.median(up["flow_in_process_s"])
     lines = [
-        "# Prefect flows (issue #7)", "",
+        "# Prefect flows", "",
         f"Machine: {results['machine']}; demo corpus {results['num_docs']} documents"
         f"{' (tiny stage settings)' if results['tiny'] else ''}; {ui['num_stages']} DVC stages.", "",
-        "| floor | measured | target | ok |", "|---|---|---|---|",
+        "| check | measured | target | ok |", "|---|---|---|---|",
         f"| pipeline flow, every stage up to date, end to end (median of {len(up['flow_in_process_s'])}) "
         f"| {median_flow:.1f} s | < {OVERHEAD_FLOOR_S:.0f} s | {'yes' if median_flow < OVERHEAD_FLOOR_S else 'NO'} |",
         f"| same, started through the API as the UI does (runner subprocess included) | {up['flow_from_api_s']:.1f} s "

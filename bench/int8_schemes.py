@@ -151,13 +151,13 @@ def write_markdown(result: dict, path: Path) -> None:
              f"machine: {result['machine']}", "",
              f"CPU flags (int8-relevant): {' '.join(result['cpu_flags'])}; onnxruntime's integer kernels here: "
              f"**{result['int8_kernels']}**; emulated: `qemu-x86_64 -cpu Haswell` (AVX2, no VNNI)", "",
-             f"floors (any x86 CPU): INT8 vs fake-quant argmax agreement >= {FLOORS['argmax_agreement']}, INT8 "
+             f"targets (any x86 CPU): INT8 vs fake-quant argmax agreement >= {FLOORS['argmax_agreement']}, INT8 "
              f"validation perplexity <= {FLOORS['ppl_ratio']}x FP32", ""]
     for name, m in result["models"].items():
         lines += [f"## {name} ({m['num_params']:,} parameters, dim {m['preset_dim']}; {m['val_windows']} validation "
                   f"batches here; emulated: {m['emulated_positions']} positions; PTQ)", "",
                   "| scheme | b1x128 ms | b8x128 ms | INT8/FP32 b1 | agreement here | rel. diff here | ppl ratio here "
-                  "| agreement AVX2 | rel. diff AVX2 | ppl ratio AVX2 | max AVX2 - here | floors |",
+                  "| agreement AVX2 | rel. diff AVX2 | ppl ratio AVX2 | max AVX2 - here | targets |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         fp = m["rows"]["fp32"]
         lines.append(f"| fp32 | {fp['latency_ms_b1']:.3f} | {fp['latency_ms_b8']:.2f} | 1 | | | ppl "
