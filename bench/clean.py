@@ -5,7 +5,7 @@
 
 For each corpus: documents/s and MB/s through `stages.clean.run` with the params.yaml settings, the
 read-only time, and CPU time per phase. On the devset (and on the demo corpus, from its labels) it
-scores the floors of issue #2: language-ID accuracy, other languages kept as zh/en, keep rate of
+scores the quality targets: language-ID accuracy, other languages kept as zh/en, keep rate of
 good zh/en text, exact-duplicate removal, near-duplicate recall, HTML tags left in kept text.
 Results: bench/results/clean.json and clean.md.
 """
@@ -63,7 +63,7 @@ def run_clean(params: clean.Params, input_path: Path, workers: int | None) -> tu
 
 
 def score(labels: list[dict], outcome: dict[str, dict], good_kinds: set[str]) -> dict[str, float]:
-    """Floors of issue #2 on labelled documents (`labels`: id, text length, lang, kind, dup_type, dup_of)."""
+    """The quality targets on labelled documents (`labels`: id, text length, lang, kind, dup_type, dup_of)."""
     s: dict[str, float] = {}
     for lang in KEEP_LANGS:
         docs = [d for d in labels if d["lang"] == lang and d["chars"] >= 50]

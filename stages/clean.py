@@ -5,9 +5,10 @@ removals, whitespace) -> minimum length -> language ID -> quality rules -> exact
 `Cleaner` decides that in the workers, a shard at a time (language ID for the shard's texts together);
 the filter-stage base (stages/common/text/filters.py) runs it on shards of `batch_size` records over the
 executor (a local process pool or Ray tasks), each shard's results kept in `work_dir` with a completion
-marker, so a rerun redoes only unfinished shards.
-The parent process streams the input, owns the global dedup index (`CleanStage.review`: exact keys, LSH
-bands of the signatures; first occurrence wins, in input order) and writes two Parquet datasets:
+marker, so a rerun redoes only unfinished shards. Each shard also writes its candidates' dedup keys.
+Once every shard is decided, dedup runs its partitioned phases over those keys (stages.common.text.dedup:
+each group of exact or near duplicates keeps its first document in input order; no process holds every
+key), then the parent process reads the shards' results back in order and writes two Parquet datasets:
 
     <out_dir>/docs/part-*.parquet        kept documents (id, text, lang, lang_prob, source, meta, keep_fields...)
     <out_dir>/quarantine/part-*.parquet  every dropped or invalid record, with its reason
@@ -30,17 +31,31 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from stages.common.runtime.atomic import check_owned_paths, write_csv
 from stages.common.runtime.cli import stage_main
-from stages.common.runtime.executor import check_executor, resolve_workers  # noqa: F401 (bench/clean.py uses it)
+from stages.common.runtime.executor import (  # noqa: F401 (bench/clean.py uses resolve_workers)
+    ShardResult,
+    check_executor,
+    resolve_workers,
+)
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA
 from stages.common.runtime.storage import input_size, is_url, redact, url_path
-from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key
+from stages.common.text.dedup import (
+    DedupParams,
+    DuplicateLookup,
+    Signer,
+    candidate_table,
+    deduplicate,
+    exact_key,
+    write_candidates,
+)
 from stages.common.text.fields import coerce, infer_kind, schema_with
 from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 from stages.common.text.langid import LANGUAGES, LangResult, LanguageIdentifier
@@ -277,6 +292,15 @@ class Cleaner:
             log.warning("clean: records are processed outside a main thread, so 'clean.record_time_budget_s' "
                         "cannot interrupt them")
 
+    def side_outputs(self, rows: list[dict[str, Any]], folder: Path) -> dict[str, int]:
+        """The shard's dedup candidates file (stages.common.text.dedup, phase 1); their keys and signatures
+        leave the rows."""
+        positions = [i for i, row in enumerate(rows) if row["reason"] is None]
+        keys = [rows[i].pop("key") for i in positions]
+        signatures = [None if (sig := rows[i].pop("signature")) is None  # uint32 or uint64, by the MinHash scheme
+                      else np.frombuffer(sig, dtype=f"u{len(sig) // self.p.dedup.num_perm}") for i in positions]
+        return {"num_dedup_rows": write_candidates(candidate_table(positions, keys, signatures, self.p.dedup), folder)}
+
     def __call__(self, batch: list[RawRecord], timings: Counter[str]) -> list[dict[str, Any]]:
         """Each record as far as language ID, then language ID of all their texts at once (the detector's
         trials run in lockstep across them, the same answers as one by one), then each one's quality rules
@@ -345,18 +369,10 @@ class Cleaner:
                 "signature": None if signature is None else signature.tobytes()}
 
 
-@dataclass
-class Candidate(Kept):
-    """A record its own checks keep; the dedup index, in input order, has the last word."""
-    key: bytes
-    signature: np.ndarray | None
-    index: int
-    original: str
-
-
 class CleanStage(FilterStage):
     name = STAGE
     decider = Cleaner
+    settles = True  # dedup decides once every shard is
 
     def __init__(self, params: Params) -> None:
         super().__init__(params)
@@ -391,7 +407,8 @@ class CleanStage(FilterStage):
         self.doc_schema = schema_with(DOC_SCHEMA, self.field_kinds)
         self.num_mismatched: Counter[str] = Counter()
         self.raws = itertools.chain(*streams)
-        self.index = DedupIndex(params.dedup)
+        self.duplicates: DuplicateLookup | None = None  # once settled
+        self.position = 0  # of the next verdict's document in the input
 
     def documents(self) -> Iterator[RawRecord]:
         for raw in self.raws:
@@ -401,29 +418,45 @@ class CleanStage(FilterStage):
     def decider_args(self) -> tuple:
         return (self.params,)
 
-    def verdict(self, result: dict[str, Any], raw: RawRecord) -> Verdict:
+    def settle(self, shards: list[ShardResult], work: Path) -> None:
+        """Dedup's phases 2 and 3 over the candidates the shards wrote (stages.common.text.dedup)."""
+        t0 = time.perf_counter()
+        located, offset = [], 0
+        for shard in shards:
+            located.append((shard.folder, offset, shard.summary["num_dedup_rows"]))
+            offset += shard.summary["num_docs"]
+        p = self.params
+        with tqdm(desc=f"{STAGE}: dedup", unit="partition", mininterval=2.0) as bar:
+            def progress(result: ShardResult) -> None:
+                self.counts["dedup.num_partitions"] += 1
+                self.counts["dedup.num_partitions_resumed"] += result.resumed
+                self.counts["dedup.num_pairs"] += result.summary["num_pairs"]
+                bar.update()
+
+            duplicates = deduplicate(located, work, p.dedup, p.executor, p.address, self.num_workers, progress)
+        self.counts["dedup.num_keys"] = sum(rows for _, _, rows in located)
+        self.duplicates = DuplicateLookup(duplicates)
+        self.timings["dedup_wall"] = time.perf_counter() - t0
+        log.info("clean: dedup over %d keys in %d partition(s): %d duplicate(s) in %.1fs",
+                 self.counts["dedup.num_keys"], self.counts["dedup.num_partitions"], len(duplicates),
+                 self.timings["dedup_wall"])
+
+    def verdict(self, result: dict[str, Any], raw: None) -> Verdict:
+        position, self.position = self.position, self.position + 1
         if result["reason"] is not None:
             return Dropped(result["id"], result["reason"], result["source"], result["record"], result["lang"],
                            result["lang_prob"], result["index"], score=result["score"], file=result["file"],
                            judged_text=result["judged_text"])
-        sig = result["signature"]  # uint32 or uint64 values, by the MinHash scheme
-        signature = None if sig is None else np.frombuffer(sig, dtype=f"u{len(sig) // self.params.dedup.num_perm}")
+        dup = self.duplicates.check(position, result["id"])
+        if dup is not None:
+            return Dropped(result["id"], dup[0], result["source"], result["record"], result["lang"],
+                           result["lang_prob"], result["index"], dup_of=dup[1], file=result["file"],
+                           judged_text=result["text"])
         row = {k: result[k] for k in ("id", "text", "lang", "lang_prob", "source", "file", "meta")}
         for path, kind in self.field_kinds.items():
             row[path], fits = coerce(result["kept"].get(path), kind)
             self.num_mismatched[path] += not fits
-        return Candidate(row, result["key"], signature, result["index"], result["record"])
-
-    def review(self, verdict: Verdict) -> Verdict:
-        """Exact and near dedup against every document kept before this one."""
-        if not isinstance(verdict, Candidate):
-            return verdict
-        row = verdict.row
-        dup = self.index.check(row["id"], verdict.key, verdict.signature)
-        if dup is None:
-            return verdict
-        return Dropped(row["id"], dup[0], row["source"], verdict.original, row["lang"], row["lang_prob"],
-                       verdict.index, dup_of=dup[1], file=row["file"], judged_text=row["text"])
+        return Kept(row)
 
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         input_mb, seconds = self.counts["num_bytes"] / 1e6, metrics["seconds"]
@@ -434,7 +467,11 @@ class CleanStage(FilterStage):
             "mb_per_s": input_mb / seconds,
             # CPU seconds summed over workers, so they show where the time goes, not wall time.
             **{f"cpu_seconds.{phase}": round(self.timings[phase], 3) for phase in PHASES},
-            "cpu_seconds.dedup_and_write": round(self.timings["review_and_write"], 3),
+            "cpu_seconds.write": round(self.timings["review_and_write"], 3),
+            # dedup's phases 2 and 3 (phase 1 is part of `signature`), wall time
+            "seconds.dedup": round(self.timings["dedup_wall"], 3),
+            **{key: self.counts[key] for key in ("dedup.num_keys", "dedup.num_partitions",
+                                                 "dedup.num_partitions_resumed", "dedup.num_pairs")},
             **dict(sorted(self.skipped.items())),
             **{f"keep_fields.{path}.type": kind for path, kind in self.field_kinds.items()},
             # values that did not fit their column's type, written as null

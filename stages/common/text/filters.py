@@ -14,7 +14,12 @@ A concrete stage supplies only its decision, in two halves:
   document, the expensive part (clean: parse, normalise, language ID, quality rules, dedup keys;
   semantic_filter: the head's scores);
 - the stage, in the driver and in input order, turns each result into a `Kept` or `Dropped` verdict
-  (`verdict`) and may revise it with what only the whole input knows (`review`: clean's dedup index).
+  (`verdict`) and may revise it with what only the whole input knows (`review`).
+
+A stage that needs the whole input decided before its first verdict (clean's dedup) sets `settles`:
+every shard is decided first, then `settle` runs (its phases may use the executor too), then the
+verdicts are written, reading each shard's results back from `work_dir`. Other stages write each
+shard's verdicts as soon as it is decided.
 
     <out_dir>/docs/part-*.parquet        kept documents (`doc_schema`)
     <out_dir>/quarantine/part-*.parquet  dropped documents with their reason (QUARANTINE_SCHEMA)
@@ -39,7 +44,7 @@ from tqdm import tqdm
 from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.dataset_card import write_dataset_card
 from stages.common.runtime.digest import fingerprint
-from stages.common.runtime.executor import WorkDir, _importable, map_shards, resolve_workers
+from stages.common.runtime.executor import ShardResult, WorkDir, _importable, map_shards, resolve_workers
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, PartWriter
 
@@ -80,7 +85,9 @@ class Decider(Protocol):
     """The worker half of a decision, built once per worker process from `FilterStage.decider_args()`."""
 
     def __call__(self, payload: Any, timings: Counter[str]) -> list[dict[str, Any]]:
-        """One result row per document of the shard, in order; CPU seconds per phase added to `timings`."""
+        """One result row per document of the shard, in order; CPU seconds per phase added to `timings`.
+        A decider may also define `side_outputs(rows, folder) -> dict`: files of its own in the shard's
+        folder (it may take fields out of the rows first), and figures for the shard's summary."""
 
 
 class FilterStage(ABC):
@@ -94,6 +101,7 @@ class FilterStage(ABC):
     name: ClassVar[str]  # the stage: quarantine rows, logs, progress bar
     decider: ClassVar[type[Decider]]
     doc_schema: ClassVar[pa.Schema] = DOC_SCHEMA
+    settles: ClassVar[bool] = False  # every shard decided, then `settle`, before the first verdict
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -126,6 +134,10 @@ class FilterStage(ABC):
         """A second look in the driver, in input order, for what needs the whole input (e.g. dedup)."""
         return verdict
 
+    def settle(self, shards: list[ShardResult], work: Path) -> None:
+        """With `settles`: once every shard is decided (their folders and summaries, in order), before the
+        first verdict. `work` is the stage's work folder, for what this step keeps between runs."""
+
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """The stage's own metrics, given the common ones."""
         return {}
@@ -147,13 +159,23 @@ class FilterStage(ABC):
             quarantine = PartWriter(tmp / "quarantine", QUARANTINE_SCHEMA, p.rows_per_part)
             shards = map_shards(_decide_shard, self._payloads(in_flight), work, p.executor, p.address,
                                 self.num_workers, _start_worker, (_importable(self.decider), self.decider_args()))
-            with tqdm(desc=self.name, unit="doc", mininterval=2.0) as bar:
+            if self.settles:
+                decided = []
+                with tqdm(desc=f"{self.name}: decide", unit="doc", mininterval=2.0) as bar:
+                    for shard in shards:
+                        decided.append(self._count(shard, in_flight.popleft()))
+                        bar.update(shard.summary["num_docs"])
+                self.settle(decided, work.path)
+                shards = iter(decided)
+            with tqdm(desc=self.name if not self.settles else f"{self.name}: write", unit="doc",
+                      mininterval=2.0) as bar:
                 for shard in shards:
-                    self.counts["num_shards"] += 1
-                    self.counts["num_shards_resumed"] += shard.resumed
-                    self.timings.update(shard.summary["timings"])
+                    if self.settles:  # the documents are in the results: nothing of the input is held
+                        batch = [None] * shard.summary["num_docs"]
+                    else:
+                        batch = self._count(shard, in_flight.popleft())
                     t0 = time.thread_time()
-                    batch, results = in_flight.popleft(), read_results(shard.folder)
+                    results = read_results(shard.folder)
                     if len(results) != len(batch):  # a bug, never a data problem: publish nothing
                         raise RuntimeError(f"accounting broken: shard {shard.index} has {len(results)} results "
                                            f"for {len(batch)} documents")
@@ -202,6 +224,16 @@ class FilterStage(ABC):
             100 * metrics["pass_rate"], num_quarantined, seconds, metrics["docs_per_s"])
         return metrics
 
+    def _count(self, shard: ShardResult, batch: list[Any]) -> Any:
+        """A decided shard's counts; returns what the caller wants next (the shard's documents, or the shard)."""
+        self.counts["num_shards"] += 1
+        self.counts["num_shards_resumed"] += shard.resumed
+        self.timings.update(shard.summary["timings"])
+        if shard.summary["num_docs"] != len(batch):  # a bug, never a data problem: publish nothing
+            raise RuntimeError(f"accounting broken: shard {shard.index} has {shard.summary['num_docs']} results "
+                               f"for {len(batch)} documents")
+        return shard if self.settles else batch
+
     def _payloads(self, in_flight: deque[list[Any]]) -> Iterator[Any]:
         batch: list[Any] = []
         for doc in self.documents():
@@ -238,8 +270,10 @@ def _decide_shard(payload: Any, folder: Path) -> dict[str, Any]:
     assert _decider is not None, "worker not initialised"
     timings: Counter[str] = Counter()
     rows = _decider(payload, timings)
+    side_outputs = getattr(_decider, "side_outputs", None)
+    extra = side_outputs(rows, folder) if side_outputs is not None else {}
     # Pickled, not Parquet: the rows are plain Python values the driver reads back as they are, and
     # building Arrow arrays from Python objects makes pyarrow import pandas (half a second per worker).
     with open(folder / RESULTS_FILE, "wb") as f:
         pickle.dump(rows, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return {"num_docs": len(rows), "timings": dict(timings)}
+    return {"num_docs": len(rows), "timings": dict(timings), **extra}

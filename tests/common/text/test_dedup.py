@@ -1,5 +1,7 @@
 import hashlib
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +11,18 @@ from datasketch.lsh import _optimal_param
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.common.text.dedup import DedupIndex, DedupParams, Signer, exact_key, lsh_bands, shingles
+from stages.common.runtime.atomic import SUCCESS_MARKER
+from stages.common.text.dedup import (
+    DedupParams,
+    DuplicateLookup,
+    Signer,
+    candidate_table,
+    deduplicate,
+    exact_key,
+    lsh_bands,
+    shingles,
+    write_candidates,
+)
 
 BASE = ("The old lighthouse keeper climbed the spiral stairs every evening to light the lamp, and from the top "
         "he could see the fishing boats returning to the harbour before the storm arrived over the bay.")
@@ -20,9 +33,27 @@ def test_exact_key_ignores_case_whitespace_and_punctuation():
     assert exact_key("hello world") != exact_key("hello word")
 
 
-def test_near_duplicates_found_and_first_occurrence_kept():
+def dedup(tmp_path: Path, docs: list[tuple[str, bytes, np.ndarray | None]], params: DedupParams,
+          shard_size: int = 2, progress=None) -> list[tuple[str, str] | None]:
+    """The three phases as clean runs them, on (id, exact key, signature) triples cut into shards: each
+    document's (reason, id of the kept copy), or None where it is kept."""
+    shards, offset = [], 0
+    for start in range(0, len(docs), shard_size):
+        folder = tmp_path / f"shard-{start}"
+        folder.mkdir(parents=True, exist_ok=True)
+        part = docs[start:start + shard_size]
+        table = candidate_table(range(len(part)), [key for _, key, _ in part], [sig for _, _, sig in part], params)
+        shards.append((folder, offset, write_candidates(table, folder)))
+        offset += len(part)
+    lookup = DuplicateLookup(deduplicate(shards, tmp_path, params, "local", "", 1, progress))
+    results = [lookup.check(i, doc_id) for i, (doc_id, _, _) in enumerate(docs)]
+    lookup.finish()
+    return results
+
+
+def test_near_duplicates_found_and_first_occurrence_kept(tmp_path):
     params = DedupParams()
-    sign, index = Signer(params, seed=1), DedupIndex(params)
+    sign = Signer(params, seed=1)
     near = BASE.replace("evening", "night").replace("storm", "rain")
     other = "A completely different text about cooking rice with vegetables, garlic and a little soy sauce."
     zh = ("这条河流经古老的小镇，住在那里的人们世世代代在河里捕鱼。春天，随着积雪融化，河水上涨，"
@@ -30,14 +61,44 @@ def test_near_duplicates_found_and_first_occurrence_kept():
     zh_near = zh.replace("春天", "夏天")
     docs = [("a", BASE, "en"), ("b", other, "en"), ("c", near, "en"), ("d", BASE.upper(), "en"), ("e", zh, "zh"),
             ("f", zh_near, "zh")]
-    results = [index.check(i, exact_key(t), sign(t, lang)) for i, t, lang in docs]
+    results = dedup(tmp_path, [(i, exact_key(t), sign(t, lang)) for i, t, lang in docs], params)
     assert results == [None, None, ("dedup:near", "a"), ("dedup:exact", "a"), None, ("dedup:near", "e")]
 
 
-def test_switches():
-    index = DedupIndex(DedupParams(exact=False, near=False))
-    assert index.check("a", exact_key(BASE), None) is None
-    assert index.check("b", exact_key(BASE), None) is None
+def test_a_group_keeps_its_first_document_only(tmp_path):
+    """b is a near copy of a, c of b but not of a: all three are one group, and only a is kept (the rule of
+    datatrove and NeMo Curator; a first-come index checking only kept documents would keep c)."""
+    params = DedupParams(exact=False)
+    num_bands, rows = lsh_bands(params.threshold, params.num_perm)
+    a = np.arange(params.num_perm, dtype=np.uint32)
+    b, c = a.copy(), a.copy()
+    b[rows:] += 1000  # shares band 0 with a
+    c[:rows] += 2000  # shares the other bands with b, none with a
+    c[2 * rows:] = b[2 * rows:]
+    c[rows:2 * rows] = b[rows:2 * rows]
+    results = dedup(tmp_path, [("a", b"", a), ("b", b"", b), ("c", b"", c)], params)
+    assert results == [None, ("dedup:near", "a"), ("dedup:near", "a")]
+
+
+def test_switches(tmp_path):
+    docs = [("a", exact_key(BASE), None), ("b", exact_key(BASE), None)]
+    assert dedup(tmp_path, docs, DedupParams(exact=False, near=False)) == [None, None]
+    assert dedup(tmp_path / "on", docs, DedupParams(near=False)) == [None, ("dedup:exact", "a")]
+
+
+def test_an_interrupted_run_redoes_only_unfinished_partitions(tmp_path):
+    params = DedupParams(partition_rows=10)
+    rng = np.random.default_rng(0)
+    originals = rng.integers(0, 2**32, (5, params.num_perm), dtype=np.uint32)
+    docs = [(str(i), bytes([i % 7]) * 16, originals[i % 5]) for i in range(30)]
+    first = []
+    want = dedup(tmp_path, docs, params, progress=first.append)
+    assert len(first) > 3 and not any(r.resumed for r in first)
+    assert (first[1].folder / SUCCESS_MARKER).is_file()
+    shutil.rmtree(first[1].folder)  # as if the run was killed while on partition 1 (it is published whole)
+    again = []
+    assert dedup(tmp_path, docs, params, progress=again.append) == want
+    assert [r.index for r in again if not r.resumed] == [1]
 
 
 def datasketch_signature(text: str, lang: str, params: DedupParams, seed: int) -> np.ndarray:
@@ -76,35 +137,44 @@ def test_lsh_bands_are_datasketchs(num_perm):
             assert lsh_bands(threshold, num_perm) == want, threshold
 
 
-class DatasketchIndex:
-    """The index as it was, on datasketch's MinHashLSH."""
+def components_by_datasketch(signatures: list[np.ndarray], params: DedupParams) -> list[int | None]:
+    """The rule computed another way: every pair datasketch's MinHashLSH reports, then union-find keeping the
+    first document of each group. Each document's kept copy's index, or None where it is kept."""
+    lsh = MinHashLSH(threshold=params.threshold, num_perm=params.num_perm)
+    minhashes = [LeanMinHash(seed=0, hashvalues=sig, scheme="affine32") for sig in signatures]
+    for i, minhash in enumerate(minhashes):
+        lsh.insert(i, minhash, check_duplication=False)
+    parent = list(range(len(signatures)))
 
-    def __init__(self, params: DedupParams) -> None:
-        self.lsh, self.ids = MinHashLSH(threshold=params.threshold, num_perm=params.num_perm), []
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
 
-    def check(self, doc_id: str, signature: np.ndarray) -> tuple[str, str] | None:
-        minhash = LeanMinHash(seed=0, hashvalues=signature, scheme="affine32")
-        candidates = self.lsh.query(minhash)
-        if candidates:
-            return "dedup:near", self.ids[min(candidates)]
-        self.lsh.insert(len(self.ids), minhash, check_duplication=False)
-        self.ids.append(doc_id)
-        return None
+    for i, minhash in enumerate(minhashes):
+        for j in lsh.query(minhash):
+            a, b = sorted((root(i), root(j)))
+            parent[b] = a
+    return [None if root(i) == i else root(i) for i in range(len(signatures))]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 127), max_size=40)), min_size=1, max_size=40),
-       st.sampled_from([0.3, 0.5, 0.7, 0.9]))
-def test_index_finds_what_datasketchs_finds(edits, threshold):
-    """Documents derived from four originals by changing a few signature values: the same near duplicates,
-    with the same earliest copy, as datasketch's LSH index."""
-    params = DedupParams(exact=False, threshold=threshold)
+       st.sampled_from([0.3, 0.5, 0.7, 0.9]), st.sampled_from([1, 3, 50]), st.sampled_from([7, 100, 10**6]))
+def test_groups_are_datasketchs_whatever_the_shards_and_partitions(tmp_path_factory, edits, threshold, shard_size,
+                                                                   partition_rows):
+    """Documents derived from four originals by changing a few signature values: the same groups, with the
+    same kept document, as union-find over datasketch's LSH matches, for any shard size and partition count."""
+    params = DedupParams(exact=False, threshold=threshold, partition_rows=partition_rows)
     originals = np.random.default_rng(0).integers(0, 2**32, (4, params.num_perm), dtype=np.uint32)
-    ours, theirs = DedupIndex(params), DatasketchIndex(params)
+    signatures = []
     for i, (base, changed) in enumerate(edits):
         signature = originals[base].copy()
         signature[changed] ^= np.uint32(1 + i)
-        assert ours.check(str(i), b"", signature) == theirs.check(str(i), signature)
+        signatures.append(signature)
+    want = [None if k is None else ("dedup:near", str(k)) for k in components_by_datasketch(signatures, params)]
+    docs = [(str(i), b"", sig) for i, sig in enumerate(signatures)]
+    assert dedup(tmp_path_factory.mktemp("dedup"), docs, params, shard_size) == want
 
 
 def check_as_first_defined(text: str) -> None:
