@@ -87,6 +87,11 @@ def score(labels: list[dict], outcome: dict[str, dict], good_kinds: set[str]) ->
         s[f"{dup_type}_dup_recall"] = sum(1 for pair in live if not all(pair)) / max(1, len(live))
         s[f"{dup_type}_dup_pairs_scored"] = len(live)
     s["exact_dups_labelled_kept"] = sum(1 for d in labels if d["dup_type"] == "exact" and outcome[d["id"]]["kept"])
+    # documents the labels call no one's copy, dropped as a duplicate: either the kept original of a pair
+    # (when its copy comes first in input order) or a false match
+    originals = {d["dup_of"] for d in labels if d["dup_of"]}
+    s["non_dups_dropped_as_dups"] = sum(1 for d in labels if not d["dup_type"] and d["id"] not in originals
+                                        and (outcome[d["id"]]["reason"] or "").startswith("dedup:"))
     s["kept_docs_with_html_tags"] = sum(1 for o in outcome.values() if o["kept"] and ANY_TAG_RE.search(o["text"]))
     return s
 

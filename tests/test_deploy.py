@@ -24,3 +24,12 @@ def test_pytorchjob_manifest_is_an_elastic_job_running_the_stage():
         command = replica["template"]["spec"]["containers"][0]["command"]
         assert command[:3] == ["python", "-m", "torch.distributed.run"] and "stages.train" in command
         assert replica["restartPolicy"] == "OnFailure"
+
+
+def test_data_recipes_start_a_ray_cluster_and_run_dvc():
+    script = ROOT / "deploy" / "slurm" / "data.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "ray start --head" in text and "ray start --address" in text and "dvc repro" in text
+    (cluster,) = yaml.safe_load_all((ROOT / "deploy" / "k8s" / "raycluster.yaml").read_text())
+    assert cluster["kind"] == "RayCluster" and cluster["spec"]["workerGroupSpecs"]

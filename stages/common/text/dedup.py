@@ -347,6 +347,8 @@ def deduplicate(shards: Sequence[tuple[Path, int, int]], work: Path, params: Ded
     files = [(str(folder / CANDIDATES_FILE), offset) for folder, offset, rows in shards if rows]
     payloads = ((bounds[p], bounds[p + 1] - 1, files) for p in range(count))
     paths = []
+    if count == 1:  # one partition runs in this process: a pool (or a Ray cluster to start) would only add
+        executor = "local"
     for result in map_shards(find_pairs, payloads, _Partitions(work, count), executor, address, num_workers,
                              _no_setup, ()):
         paths.append(result.folder / PAIRS_FILE)
