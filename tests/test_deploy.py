@@ -30,6 +30,6 @@ def test_data_recipes_start_a_ray_cluster_and_run_dvc():
     script = ROOT / "deploy" / "slurm" / "data.sbatch"
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
-    assert "ray start --head" in text and "ray start --address" in text and "dvc repro" in text
+    assert "ray start --head" in text and "ray start --block --address" in text and "dvc repro" in text
     (cluster,) = yaml.safe_load_all((ROOT / "deploy" / "k8s" / "raycluster.yaml").read_text())
     assert cluster["kind"] == "RayCluster" and cluster["spec"]["workerGroupSpecs"]
