@@ -1,4 +1,4 @@
-"""Benchmark train -> prune -> qat -> export against its acceptance floors (the thresholds live here only).
+"""Benchmark train -> prune -> qat -> export against its acceptance targets (the thresholds live here only).
 
     python -m bench.export                        # train cpu_wide (300 steps), run the chain, measure (~40 min)
     python -m bench.export --preset cpu_small     # the same chain on another preset
@@ -18,8 +18,8 @@
    Models are timed in blocks (2 untimed runs, then 8 timed) taking turns for many rounds, so a busy
    neighbour slows all of them alike and no model pays for another's pool threads still spinning.
    These timings are the benchmark's own (medians of many interleaved blocks), not the export stage's
-   (fastest of a few runs): the floors are judged on the medians, the minima are reported beside them.
-3. floors (`FLOORS`): INT8 file <= 30% of the FP32 file it came from; INT8 latency <= 0.4x FP32; INT8
+   (fastest of a few runs): the targets are judged on the medians, the minima are reported beside them.
+3. targets (`TARGETS`): INT8 file <= 30% of the FP32 file it came from; INT8 latency <= 0.4x FP32; INT8
    validation perplexity <= 1.03x FP32 and <= PTQ; the 50%-MLP-width model >= 1.25x faster than the
    trained one with perplexity <= 1.10x (perplexities: onnxruntime, from the export stage's metrics).
    Every ratio is computed by the export stage's own `stages.export.ratios`, fed with this benchmark's
@@ -62,14 +62,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "bench" / "results"
 # ratio key of `stages.export.ratios` -> (comparison, threshold)
-FLOORS = {"ratio.int8_file_vs_fp32": ("<=", 0.30), "ratio.int8_latency_vs_fp32_b1": ("<=", 0.40),
-          "ratio.int8_ppl_vs_fp32": ("<=", 1.03), "ratio.qat_ppl_vs_ptq": ("<=", 1.0),
-          "ratio.half_mlp_speedup": (">=", 1.25), "ratio.half_mlp_ppl": ("<=", 1.10)}
+TARGETS = {"ratio.int8_file_vs_fp32": ("<=", 0.30), "ratio.int8_latency_vs_fp32_b1": ("<=", 0.40),
+           "ratio.int8_ppl_vs_fp32": ("<=", 1.03), "ratio.qat_ppl_vs_ptq": ("<=", 1.0),
+           "ratio.half_mlp_speedup": (">=", 1.25), "ratio.half_mlp_ppl": ("<=", 1.10)}
 
 
 def judge(ratios: dict[str, float]) -> dict[str, bool]:
-    """Pass/fail of each floor on measured ratios."""
-    return {key: ratios[key] <= limit if op == "<=" else ratios[key] >= limit for key, (op, limit) in FLOORS.items()}
+    """Pass/fail of each target on measured ratios."""
+    return {key: ratios[key] <= limit if op == "<=" else ratios[key] >= limit for key, (op, limit) in TARGETS.items()}
 
 
 def train_teacher(preset_name: str, steps: int, work: Path, threads: int) -> tuple[Path, dict]:
@@ -189,7 +189,7 @@ def onnx_config(path: Path) -> ModelConfig:
     return ModelConfig.from_json(props[CONFIG_METADATA_KEY])
 
 
-def measure_floors(export_dir: Path, metrics: dict, threads: int, rounds: int, work: Path, tokens_dir: Path) -> dict:
+def measure_targets(export_dir: Path, metrics: dict, threads: int, rounds: int, work: Path, tokens_dir: Path) -> dict:
     onnx_dir = export_dir / "onnx"
     steps = sorted((k.split(".")[0] for k in metrics if k.startswith("prune_step_") and k.endswith(".file_mb")),
                    key=export.step_number)
@@ -220,7 +220,7 @@ def measure_floors(export_dir: Path, metrics: dict, threads: int, rounds: int, w
     ratios = export.ratios(rows("median_ms"))
     if "half_mlp.step" not in ratios:
         raise ValueError("no pruning step keeps half the trained MLP width and every head (prune.mlp_schedule, "
-                         "prune.head_schedule): the 50%-MLP floors have no model to measure")
+                         "prune.head_schedule): the 50%-MLP targets have no model to measure")
     fastest = export.ratios(rows("min_ms"))
     ratios.update({f"{k}_fastest": fastest[k] for k in ("ratio.int8_latency_vs_fp32_b1", "ratio.half_mlp_speedup")})
     half = f"prune_step_{ratios['half_mlp.step']}"
@@ -230,12 +230,12 @@ def measure_floors(export_dir: Path, metrics: dict, threads: int, rounds: int, w
             "profile_fp32": profile(paths[final], threads, 128, vocab),
             "profile_int8": profile(paths["qat_int8"], threads, 128, vocab),
             "profile_trained": profile(paths["trained"], threads, 128, vocab),
-            "ratios": ratios, "thresholds": FLOORS, "pass": judge(ratios)}  # latency: on the medians
+            "ratios": ratios, "thresholds": TARGETS, "pass": judge(ratios)}  # latency: on the medians
 
 
-def floors_markdown(d: dict, title: str) -> list[str]:
+def targets_markdown(d: dict, title: str) -> list[str]:
     def verdict(key: str) -> str:
-        op, limit = FLOORS[key]
+        op, limit = TARGETS[key]
         return f"({op} {limit}) {'PASS' if d['pass'][key] else 'FAIL'}"
 
     lines = [f"## {title}", "",
@@ -248,7 +248,7 @@ def floors_markdown(d: dict, title: str) -> list[str]:
                      f"{lat['min_ms']:.3f} | {d['b8'][k]['median_ms']:.2f} | {t['easy']:.2f} | "
                      f"{t['medium']:.2f} | {t['hard']:.2f} | {d['val_ppl_all'][k]:.2f} |")
     r = d["ratios"]
-    lines += ["", "floors (latency ratios on medians; fastest runs in brackets):", "",
+    lines += ["", "targets (latency ratios on medians; fastest runs in brackets):", "",
               f"- INT8 file / FP32 file ({d['final_fp32']}): **{r['ratio.int8_file_vs_fp32']}** "
               f"{verdict('ratio.int8_file_vs_fp32')}",
               f"- INT8 / FP32 latency, batch 1 x 128: **{r['ratio.int8_latency_vs_fp32_b1']}** "
@@ -279,10 +279,10 @@ def write_markdown(result: dict, path: Path) -> None:
                   "torch threads)", "",
                   f"- train {b['train']['seconds']} s ({b['train']['tokens_per_s']} tokens/s; validation perplexity "
                   f"{b['train']['val_ppl']}), prune {s['prune']} s, qat {s['qat']} s, export {s['export']} s", ""]
-        lines += floors_markdown(b["floors"], f"`{b['preset']}` models")
+        lines += targets_markdown(b["targets"], f"`{b['preset']}` models")
     if "demo" in result:
-        lines += floors_markdown(result["demo"], f"the demo's export (`{result['demo_root']}`, its preset from "
-                                                  "params.yaml)")
+        lines += targets_markdown(result["demo"], f"the demo's export (`{result['demo_root']}`, its preset from "
+                                                   "params.yaml)")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -318,14 +318,14 @@ def main() -> None:
                 export_dir, stages = run_stages(str(teacher), work, args.stage_threads, args.threads)
                 chain.write_text(json.dumps([trained, stages], default=str))
             result["bench"] = {"preset": args.preset, "train": trained, "stages": stages,
-                               "floors": measure_floors(export_dir, stages["metrics"]["export"], args.threads,
-                                                     args.rounds, work, tokens_dir)}
+                               "targets": measure_targets(export_dir, stages["metrics"]["export"], args.threads,
+                                                       args.rounds, work, tokens_dir)}
         demo = Path(args.demo_root) if args.demo_root else None
         if demo and (demo / "models/export/onnx/model.int8.onnx").is_file():
             result["demo_root"] = str(demo)
             demo_metrics = json.loads((demo / "metrics/export.json").read_text())
-            result["demo"] = measure_floors(demo / "models/export", demo_metrics,
-                                         args.threads, args.rounds, work, demo / "data/perplexity/tokens")
+            result["demo"] = measure_targets(demo / "models/export", demo_metrics,
+                                          args.threads, args.rounds, work, demo / "data/perplexity/tokens")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "export.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     write_markdown(result, RESULTS / "export.md")

@@ -20,7 +20,7 @@ For each, on this CPU: INT8 vs its fake-quant torch source, argmax agreement and
 batch 8 x 128 (2 onnxruntime threads, models timed in turns, medians). The same numbers checks run
 under `qemu-x86_64 -cpu Haswell` (AVX2, no VNNI: onnxruntime picks its AVX2 kernels there); emulated
 timings mean nothing and are not taken; a few sequences per tier (qemu runs the demo model at a few ms
-per token), with the largest |emulated - native| logit difference. Floors (any x86 machine): agreement >= 0.99, INT8 perplexity <=
+per token), with the largest |emulated - native| logit difference. Targets (any x86 machine): agreement >= 0.99, INT8 perplexity <=
 1.03x FP32.
 
 Results: bench/results/int8_schemes.{json,md}.
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SCHEMES = {"u8s8_w8": QuantScheme(weight_bits=8), "s8s8_w8": QuantScheme(weight_bits=8, activation_symmetric=True),
            "u8s8_w7": QuantScheme(weight_bits=7), "s8s8_w7": QuantScheme(weight_bits=7, activation_symmetric=True)}
-FLOORS = {"argmax_agreement": 0.99, "ppl_ratio": 1.03}
+TARGETS = {"argmax_agreement": 0.99, "ppl_ratio": 1.03}
 
 
 def val_windows(tokens_dir: str, seq_len: int, batch_size: int, max_batches: int) -> list[torch.Tensor]:
@@ -138,8 +138,8 @@ def measure_model(name: str, model_file: Path, work: Path, args: argparse.Namesp
             if where in rows[scheme_name]:
                 r = rows[scheme_name][where]
                 r["ppl_ratio"] = round(r["ppl"] / rows["fp32"][where]["ppl"], 4)
-                r["pass"] = bool(r["argmax_agreement"] >= FLOORS["argmax_agreement"]
-                                 and r["ppl_ratio"] <= FLOORS["ppl_ratio"])
+                r["pass"] = bool(r["argmax_agreement"] >= TARGETS["argmax_agreement"]
+                                 and r["ppl_ratio"] <= TARGETS["ppl_ratio"])
         rows[scheme_name]["latency_ratio_b1"] = round(rows[scheme_name]["latency_ms_b1"] / rows["fp32"]["latency_ms_b1"],
                                                       4)
     return {"model": str(model_file), "preset_dim": cfg.dim, "num_params": fp32.num_params(),
@@ -151,8 +151,8 @@ def write_markdown(result: dict, path: Path) -> None:
              f"machine: {result['machine']}", "",
              f"CPU flags (int8-relevant): {' '.join(result['cpu_flags'])}; onnxruntime's integer kernels here: "
              f"**{result['int8_kernels']}**; emulated: `qemu-x86_64 -cpu Haswell` (AVX2, no VNNI)", "",
-             f"targets (any x86 CPU): INT8 vs fake-quant argmax agreement >= {FLOORS['argmax_agreement']}, INT8 "
-             f"validation perplexity <= {FLOORS['ppl_ratio']}x FP32", ""]
+             f"targets (any x86 CPU): INT8 vs fake-quant argmax agreement >= {TARGETS['argmax_agreement']}, INT8 "
+             f"validation perplexity <= {TARGETS['ppl_ratio']}x FP32", ""]
     for name, m in result["models"].items():
         lines += [f"## {name} ({m['num_params']:,} parameters, dim {m['preset_dim']}; {m['val_windows']} validation "
                   f"batches here; emulated: {m['emulated_positions']} positions; PTQ)", "",
@@ -201,7 +201,7 @@ def main() -> None:
     result = {"machine": {"cpus": torch.get_num_threads(), "python": platform.python_version(),
                           "torch": torch.__version__, "onnxruntime": ort.__version__,
                           "cpu": platform.processor() or platform.machine()},
-              "cpu_flags": flags, "int8_kernels": int8_kernels(), "floors": FLOORS, "models": models}
+              "cpu_flags": flags, "int8_kernels": int8_kernels(), "targets": TARGETS, "models": models}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "int8_schemes.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     write_markdown(result, RESULTS / "int8_schemes.md")

@@ -1,17 +1,17 @@
-"""Benchmark the tokenizer/perplexity stages against the floors of issue #4.
+"""Benchmark the tokenizer/perplexity stages against their targets.
 
     python -m bench.perplexity                  # all three parts, params.yaml settings, demo corpus
     python -m bench.perplexity --skip-stages    # only the scoring and shard-reader micro-benchmarks
 
 1. scoring: tokens/s of `score_documents` with the default reference model (the `perplexity.reference`
    preset, the tokenizer's vocabulary size, `perplexity.precision`) on real demo documents when the
-   clean docs exist, else on synthetic ones. Floor: >= 20,000 tokens/s on 2 cores.
+   clean docs exist, else on synthetic ones. Target: >= 20,000 tokens/s on 2 cores.
 2. shard reader: training windows/s served by `TierSampler` from memory-mapped shards, against the
    tokens/s at which the same model trains on them (`Trainer.train_step` in one process, the
    reference LM's loop; same batch and precision).
-   Floor: the reader is >= 100x faster.
+   Target: the reader is >= 100x faster.
 3. stages: runs `tokenizer` and `perplexity` with params.yaml settings on the demo corpus in a temp
-   folder (their wall time is the demo's cost) and reads the tier floor from the metrics: the mean
+   folder (their wall time is the demo's cost) and reads the tier target from the metrics: the mean
    perplexity of the hard tier >= 2x the easy tier's in each language, and the reference LM's
    validation perplexity.
 
@@ -46,9 +46,9 @@ from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "bench" / "results"
-SCORING_FLOOR = 20_000
-READER_FLOOR = 100
-TIER_FLOOR = 2.0
+SCORING_TARGET = 20_000
+READER_TARGET = 100
+TIER_TARGET = 2.0
 
 
 def repeat(fn, repeats: int) -> list[float]:
@@ -94,7 +94,7 @@ def bench_scoring(params: perplexity.Params, tok_params: tokenizer.Params, repea
         "num_params": model.num_params(), "docs": source, "num_tokens": num_tokens, "threads": torch.get_num_threads(),
         "tokens_per_s_best": round(num_tokens / min(times)),
         "tokens_per_s_median": round(num_tokens / statistics.median(times)),
-        "floor": SCORING_FLOOR, "pass": num_tokens / statistics.median(times) >= SCORING_FLOOR,
+        "target": SCORING_TARGET, "pass": num_tokens / statistics.median(times) >= SCORING_TARGET,
     }
 
 
@@ -133,7 +133,7 @@ def bench_reader(params: perplexity.Params, tok_params: tokenizer.Params, repeat
         "batch_size": batch_size, "seq_len": seq_len, "precision": precision,
         "reader_tokens_per_s": round(read_tps), "train_tokens_per_s": round(train_tps),
         "train_tokens_per_s_best": round(5 * batch_size * seq_len / min(train_times)),
-        "ratio": round(read_tps / train_tps, 1), "floor": READER_FLOOR, "pass": read_tps / train_tps >= READER_FLOOR,
+        "ratio": round(read_tps / train_tps, 1), "target": READER_TARGET, "pass": read_tps / train_tps >= READER_TARGET,
     }
 
 
@@ -165,27 +165,27 @@ def bench_stages(tok_params: tokenizer.Params, params: perplexity.Params) -> dic
         "hard_easy_ratio": ratios,
         "mean_perplexity": {lang: {t: metrics[f"mean_perplexity.{lang}.{t}"] for t in TIERS} for lang in langs},
         "docs_per_tier": {lang: {t: metrics[f"docs.{lang}.{t}"] for t in TIERS} for lang in langs},
-        "floor": TIER_FLOOR, "pass": all(r >= TIER_FLOOR for r in ratios.values()),
+        "target": TIER_TARGET, "pass": all(r >= TIER_TARGET for r in ratios.values()),
     }
 
 
 def write_markdown(results: dict, path: Path) -> None:
     lines = ["# perplexity benchmark", "", f"machine: {results['machine']}", ""]
     s = results["scoring"]
-    lines += ["## scoring (floor: >= 20,000 tokens/s on 2 cores)", "",
+    lines += ["## scoring (target: >= 20,000 tokens/s on 2 cores)", "",
               f"- model `{s['preset']}` ({s['num_params'] / 1e6:.2f}M params, vocab {s['vocab_size']}), "
               f"{s['precision']}, "
               f"{s['threads']} threads, {s['num_tokens']} tokens of {s['docs']}",
               f"- **{s['tokens_per_s_median']:,} tokens/s** median (best {s['tokens_per_s_best']:,}): "
               f"{'PASS' if s['pass'] else 'FAIL'}", ""]
     r = results["reader"]
-    lines += ["## shard reader vs training (floor: reader >= 100x faster)", "",
+    lines += ["## shard reader vs training (target: reader >= 100x faster)", "",
               f"- batch {r['batch_size']} x {r['seq_len']} tokens, {r['precision']}",
               f"- reader **{r['reader_tokens_per_s']:,} tokens/s**, training {r['train_tokens_per_s']:,} tokens/s "
               f"(best {r['train_tokens_per_s_best']:,}): **{r['ratio']}x** {'PASS' if r['pass'] else 'FAIL'}", ""]
     if "stages" in results:
         st = results["stages"]
-        lines += ["## stages on the demo corpus (floor: hard-tier mean perplexity >= 2x easy, per language)", "",
+        lines += ["## stages on the demo corpus (target: hard-tier mean perplexity >= 2x easy, per language)", "",
                   f"- tokenizer stage {st['tokenizer_seconds']} s, perplexity stage {st['perplexity_seconds']} s "
                   f"(phases: {st['perplexity_seconds_by_phase']})",
                   f"- {st['num_docs']} docs, {st['num_tokens']:,} tokens ({st['num_scored_tokens']:,} scored, "

@@ -51,7 +51,7 @@ def run_demo(tmp: Path, params_path: Path, cache: Path) -> tuple[dict, semantic_
     result = {
         "num_docs": filter_m["num_read"], "num_labels": embed_m["num_labels"], "seconds_total": seconds,
         "docs_per_s_end_to_end": filter_m["num_read"] / seconds,
-        "floor_200_docs_per_s": "PASS" if filter_m["num_read"] / seconds >= 200 else "FAIL",
+        "target_200_docs_per_s": "PASS" if filter_m["num_read"] / seconds >= 200 else "FAIL",
         "onnx_cache_hit": embed_m["onnx_cache_hit"], "seconds_encoder_load": embed_m["encoder_load_seconds"],
         "seconds_embed": embed_m["seconds"], "seconds_head": head_m["seconds"], "seconds_filter": filter_m["seconds"],
         "texts_embedded": embed_m["num_embedded"], "texts_encoded": embed_m["num_encoded"],

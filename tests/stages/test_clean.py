@@ -223,7 +223,7 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
     assert all(q["reason"] for q in quarantine)
 
 
-def test_devset_floors(tmp_path, devset_dir):
+def test_devset_targets(tmp_path, devset_dir):
     """The quality targets on the labelled devset in ../shared (the benchmark reports the same figures)."""
     bench = load_bench("clean")
     params = load_section("clean", clean.Params, ROOT / "params.yaml")
