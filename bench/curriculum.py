@@ -232,14 +232,17 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
     eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(pp.tokenizer_dir))
     scratch = work / "scratch"
     corpus = perplexity.tokenize_corpus(pp, tokenizer, eos_id, scratch)
+    # the stage keeps no ids in memory; this benchmark of the demo corpus reads them
+    table = pq.read_table(sorted(Path(args.docs_dir).glob("part-*.parquet")), columns=["id", "lang"])
+    ids, all_langs = table.column("id").to_pylist(), np.array(table.column("lang").to_pylist(), dtype=object)
     # the sample: per language, the documents with the smallest seeded hash (the same for every variant)
     sample: list[int] = []
-    for lang in sorted(set(corpus.langs.tolist())):
-        members = [i for i in np.flatnonzero(corpus.langs == lang)]
-        members.sort(key=lambda i: hash_unit(f"stability:{corpus.ids[i]}", 0))
+    for lang in sorted(set(all_langs.tolist())):
+        members = [i for i in np.flatnonzero(all_langs == lang)]
+        members.sort(key=lambda i: hash_unit(f"stability:{ids[i]}", 0))
         sample += members[:args.stability_docs]
-    sample_ids = [corpus.ids[i] for i in sample]
-    langs = corpus.langs[sample]
+    sample_ids = [ids[i] for i in sample]
+    langs = all_langs[sample]
     published_pos = {doc_id: i for i, doc_id in enumerate(docs["id"])}
     published = np.array([docs["perplexity"][published_pos[d]] for d in sample_ids], dtype=np.float64)
     percentiles = tuple(pp.percentiles)
@@ -255,9 +258,9 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
                                            "reference": {**base["reference"], "subset_fraction": v["subset_fraction"]}},
                        prefix="perplexity.")
         t0, c0 = time.perf_counter(), time.process_time()
-        splits = np.array([is_validation(i, vp.seed, vp.val_fraction) for i in corpus.ids], dtype=np.int8)
-        in_reference = perplexity.reference_subset(corpus, vp.reference.subset_fraction, vp.seed)
-        train_docs = [corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0))]
+        splits = np.array([is_validation(i, vp.seed, vp.val_fraction) for i in ids], dtype=np.int8)
+        in_reference = np.asarray(perplexity.reference_subset(corpus, vp.reference.subset_fraction))
+        train_docs = (corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0)))
         model, ref_metrics = perplexity.train_reference(vp, train_docs, tokenizer.get_vocab_size(), eos_id,
                                                         precision, device, scratch / v["name"].replace(" ", "_"))
         nll, num_scored = score_documents(model, [corpus.doc(i) for i in sample], eos_id, vp.max_score_tokens,

@@ -38,6 +38,7 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from stages.common.lm import bpe
+from stages.common.lm import bpe, order_stats
+from stages.common.lm.doc_columns import DocColumns, id_hash
 from stages.common.lm.model import (
     CHECKPOINT_NAME,
     PRESETS,
@@ -59,16 +61,17 @@ from stages.common.lm.model import (
     preset,
     save_checkpoint,
 )
+from stages.common.lm.order_stats import Chunks, sortable_keys
 from stages.common.lm.scoring import (
     CUTOFF_COLUMNS,
     HISTOGRAM_COLUMNS,
     POOLED,
     assign_tiers,
-    compute_cutoffs,
     cutoff_rows,
-    histogram_rows,
     read_cutoffs,
     score_documents,
+    streamed_cutoffs,
+    streamed_histogram_rows,
 )
 from stages.common.lm.token_shards import (
     SPLITS,
@@ -88,7 +91,7 @@ from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.params import ConfigError, param, validate
-from stages.common.runtime.parquet import PartWriter, iter_rows, read_table
+from stages.common.runtime.parquet import PartWriter, iter_rows
 from stages.common.training.optim import OptimParams
 from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 
@@ -181,14 +184,39 @@ class Params:
 
 @dataclass
 class Corpus:
-    """Per-document arrays, in input order, and every document's tokens in one scratch shard."""
-    ids: list[str]
-    langs: np.ndarray
-    quality: np.ndarray | None
+    """Every document's tokens in one scratch shard, and its per-document state as columns on disk
+    (`DocColumns`, np.memmap files beside the shard), in input order: `id_hash` (that a second read of the
+    input gives the same documents), `lang` (an index into `langs`), `split` (index into SPLITS), `quality`
+    (with a quality_score column) or `ref_unit` (the seeded hash that samples the reference subset without
+    one); later `in_reference`, `nll_sum`, `num_scored`, `perplexity` and `tier`. Nothing here grows in memory
+    with the number of documents: a pass reads the columns a chunk at a time (`slices`)."""
+    columns: DocColumns
+    langs: list[str]  # the language of each code, in order of first appearance
+    has_quality: bool
     tokens: TokenShard
+
+    @property
+    def num_docs(self) -> int:
+        return self.columns.num_docs
 
     def doc(self, i: int) -> np.ndarray:
         return self.tokens.doc(i)[:-1]  # without the end-of-document token
+
+    def doc_tokens(self, s: slice) -> np.ndarray:
+        """Tokens of documents `s` in the shards, end-of-document tokens included."""
+        return np.diff(self.tokens.doc_offsets[s.start:s.stop + 1])
+
+    def in_reference_langs(self, s: slice) -> np.ndarray:
+        """The language code of documents `s` in the reference subset, -1 for the others."""
+        return np.where(self.columns["in_reference"][s], self.columns["lang"][s], -1)
+
+    def scan(self, values: str, groups: Callable[[slice], np.ndarray] | None = None) -> Chunks:
+        """A pass over column `values` in chunks, with each document's group (default: its language code), as
+        `order_stats` and the streamed cutoffs read it."""
+        def chunks():
+            for s in self.columns.slices():
+                yield self.columns[values][s], (self.columns["lang"][s] if groups is None else groups(s))
+        return chunks
 
 
 def tokenize_corpus(params: Params, tokenizer: Tokenizer, eos_id: int, scratch: Path) -> Corpus:
@@ -196,24 +224,30 @@ def tokenize_corpus(params: Params, tokenizer: Tokenizer, eos_id: int, scratch: 
     if not files:
         raise ValueError(f"{params.input_dir}: no part-*.parquet files")
     has_quality = QUALITY_COLUMN in pq.read_schema(files[0]).names
-    columns = ["id", "text", "lang"] + ([QUALITY_COLUMN] if has_quality else [])
+    names = ["id", "text", "lang"] + ([QUALITY_COLUMN] if has_quality else [])
     writer = TokenShardWriter(scratch / "all", tokenizer.get_vocab_size(), eos_id)
-    ids, langs, quality = [], [], []
-    rows = iter_rows(params.input_dir, columns, batch_size=params.read_batch_docs)
+    columns = DocColumns(scratch / "columns")
+    codes: dict[str, int] = {}
+    rows = iter_rows(params.input_dir, names, batch_size=params.read_batch_docs)
     with tqdm(desc="tokenize", unit="doc", mininterval=2.0) as bar:
         for batch in _chunks(rows, params.read_batch_docs):
-            for row, doc_ids in zip(batch, bpe.encode(tokenizer, [r["text"] for r in batch])):
+            for doc_ids in bpe.encode(tokenizer, [r["text"] for r in batch]):
                 writer.add(doc_ids)
-                ids.append(row["id"])
-                langs.append(row["lang"])
-                if has_quality:
-                    quality.append(row[QUALITY_COLUMN])
+            ids = [r["id"] for r in batch]
+            if has_quality:
+                sample = {"quality": np.array([r[QUALITY_COLUMN] for r in batch], dtype=np.float64)}
+            else:
+                sample = {"ref_unit": np.array([hash_unit(f"ref:{i}", params.seed) for i in ids], dtype=np.float64)}
+            columns.append(id_hash=np.array([id_hash(i) for i in ids], dtype=np.uint64),
+                           lang=np.array([codes.setdefault(r["lang"], len(codes)) for r in batch], dtype=np.int32),
+                           split=np.array([is_validation(i, params.seed, params.val_fraction) for i in ids],
+                                          dtype=np.int8), **sample)
             bar.update(len(batch))
     writer.close()
-    if not ids:
+    columns.close()
+    if not columns.num_docs:
         raise ValueError(f"{params.input_dir}: no documents")
-    return Corpus(ids, np.array(langs, dtype=object),
-                  np.array(quality, dtype=np.float64) if has_quality else None, TokenShard(scratch / "all"))
+    return Corpus(columns, list(codes), has_quality, TokenShard(scratch / "all"))
 
 
 def _chunks(items, size: int):
@@ -227,27 +261,52 @@ def _chunks(items, size: int):
         yield batch
 
 
-def reference_subset(corpus: Corpus, fraction: float, seed: int) -> np.ndarray:
-    """Boolean mask: per language, the top `fraction` by quality score (ties in input order), or, without
-    scores, documents whose seeded hash falls below `fraction`."""
-    if corpus.quality is None:
-        return np.array([hash_unit(f"ref:{doc_id}", seed) < fraction for doc_id in corpus.ids])
-    mask = np.zeros(len(corpus.ids), dtype=bool)
-    for lang in set(corpus.langs.tolist()):
-        members = np.flatnonzero(corpus.langs == lang)
-        order = members[np.argsort(-corpus.quality[members], kind="stable")]
-        mask[order[:max(1, round(fraction * len(members)))]] = True
+def reference_subset(corpus: Corpus, fraction: float) -> np.ndarray:
+    """Column `in_reference`: per language, the top `fraction` by quality score (ties in input order), or,
+    without scores, documents whose seeded hash falls below `fraction`. The score of a language's last
+    document in is one order statistic (`order_stats.select`, exact, bounded memory); those above it are in,
+    and of those equal to it the first ones in input order."""
+    columns = corpus.columns
+    mask = columns.create("in_reference", np.bool_)
+    if not corpus.has_quality:
+        for s in columns.slices():
+            mask[s] = columns["ref_unit"][s] < fraction
+        return mask
+
+    def keys(s: slice) -> np.ndarray:  # in the order of the top first (descending score, NaN last)
+        return sortable_keys(-columns["quality"][s])
+
+    def negated():
+        return ((-quality, langs) for quality, langs in corpus.scan("quality")())
+
+    num_langs = len(corpus.langs)
+    counts = {code: n for code, (n, _) in order_stats.group_counts(negated, range(num_langs)).items()}
+    take = [max(1, round(fraction * counts[code])) for code in range(num_langs)]
+    last = order_stats.select(negated, {code: [take[code] - 1] for code in range(num_langs)}, counts)
+    last_key = sortable_keys(np.array([last[code, take[code] - 1] for code in range(num_langs)]))
+    remaining = np.array(take, dtype=np.int64)  # then: how many to take of those at the last key
+    for s in columns.slices():
+        langs = columns["lang"][s]
+        remaining -= np.bincount(langs[keys(s) < last_key[langs]], minlength=num_langs)
+    for s in columns.slices():
+        k, langs = keys(s), columns["lang"][s]
+        chosen = k < last_key[langs]
+        at_last = np.flatnonzero(k == last_key[langs])
+        for code in np.unique(langs[at_last]):
+            taken = at_last[langs[at_last] == code][:remaining[code]]
+            chosen[taken] = True
+            remaining[code] -= len(taken)
+        mask[s] = chosen
     return mask
 
 
-def external_reference(params: Params, tokenizer: Tokenizer) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Token ids of the user's reference corpus (`reference.input_dir`): (training docs, validation docs),
-    split by id like the input."""
-    table = read_table(params.reference.input_dir, ["id", "text"])
-    ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
-    is_val = [is_validation(doc_id, params.seed, params.val_fraction) for doc_id in ids]
-    encoded = bpe.encode(tokenizer, texts)
-    return [e for e, v in zip(encoded, is_val) if not v], [e for e, v in zip(encoded, is_val) if v]
+def external_reference(params: Params, tokenizer: Tokenizer, validation: bool) -> Iterator[np.ndarray]:
+    """Token ids of the user's reference corpus (`reference.input_dir`): its training documents, or with
+    `validation` its validation ones (split by id like the input); read and encoded a batch at a time."""
+    rows = iter_rows(params.reference.input_dir, ["id", "text"], batch_size=params.read_batch_docs)
+    for batch in _chunks(rows, params.read_batch_docs):
+        yield from bpe.encode(tokenizer, [r["text"] for r in batch
+                                          if is_validation(r["id"], params.seed, params.val_fraction) == validation])
 
 
 def reference_steps(ref: ReferenceParams, num_tokens: int, seq_len: int) -> tuple[int, ReferenceOptim]:
@@ -260,27 +319,43 @@ def reference_steps(ref: ReferenceParams, num_tokens: int, seq_len: int) -> tupl
     return steps, dataclasses.replace(ref.optim, warmup_steps=warmup)
 
 
-def check_split_tokens(params: Params, doc_tokens: np.ndarray, splits: np.ndarray, tiers: np.ndarray | None) -> None:
-    """ConfigError unless every tier of each split can hold `min_tokens_per_tier` of that split. `doc_tokens`:
-    each document's tokens in the shards (its end-of-document token included). Without `tiers` (before the
-    reference LM has scored anything, when only the split is known): the split's documents and tokens against
-    three tiers' worth; with them: each (split, tier) shard."""
+def split_sizes(corpus: Corpus, tiered: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(documents, tokens) of each (split, tier), shape (len(SPLITS), len(TIERS)), end-of-document tokens
+    included as in the shards; without `tiered` (before the tiers are known) all in the first tier."""
+    docs = np.zeros((len(SPLITS), len(TIERS)), dtype=np.int64)
+    tokens = np.zeros_like(docs)
+    for s in corpus.columns.slices():
+        cell = corpus.columns["split"][s].astype(np.intp) * len(TIERS)
+        if tiered:
+            cell += corpus.columns["tier"][s]
+        docs += np.bincount(cell, minlength=docs.size).reshape(docs.shape)
+        doc_tokens = corpus.doc_tokens(s)
+        for c in np.unique(cell):
+            tokens.flat[c] += int(doc_tokens[cell == c].sum())
+    return docs, tokens
+
+
+def check_split_tokens(params: Params, docs: np.ndarray, tokens: np.ndarray, tiered: bool) -> None:
+    """ConfigError unless every tier of each split can hold `min_tokens_per_tier` of that split. `docs`,
+    `tokens`: per (split, tier), from `split_sizes`. Without `tiered` (before the reference LM has scored
+    anything, when only the split is known): the split's documents and tokens against three tiers' worth; with
+    it: each (split, tier) shard."""
     for s, split in enumerate(SPLITS):
-        need, in_split = getattr(params.min_tokens_per_tier, split), splits == s
+        need = getattr(params.min_tokens_per_tier, split)
         if not need:
             continue
-        if tiers is None:
-            num_split_docs, num_split_tokens = int(in_split.sum()), int(doc_tokens[in_split].sum())
+        if not tiered:
+            num_split_docs, num_split_tokens = int(docs[s].sum()), int(tokens[s].sum())
             if num_split_docs >= len(TIERS) and num_split_tokens >= len(TIERS) * need:
                 continue
             found = f"{num_split_docs} documents, {num_split_tokens:,} tokens"
             needed = f"{len(TIERS)} documents and {len(TIERS) * need:,} tokens, {need:,} per tier"
         else:
-            sizes = {tier: int(doc_tokens[in_split & (tiers == t)].sum()) for t, tier in enumerate(TIERS)}
+            sizes = {tier: int(tokens[s, t]) for t, tier in enumerate(TIERS)}
             if min(sizes.values()) >= need:
                 continue
             found, needed = f"tiers of {format_tiers(sizes)} tokens", f"{need:,} tokens in each tier"
-        raise ConfigError(split_error(params, split, found, needed, len(splits), int(doc_tokens.sum())))
+        raise ConfigError(split_error(params, split, found, needed, int(docs.sum()), int(tokens.sum())))
 
 
 def split_error(params: Params, split: str, found: str, needed: str, num_docs: int, num_tokens: int) -> str:
@@ -300,8 +375,10 @@ def split_error(params: Params, split: str, found: str, needed: str, num_docs: i
                else f"; this corpus ({num_tokens:,} tokens) is too small to hold that out: add documents"))
 
 
-def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos_id: int, precision: str,
+def train_reference(params: Params, docs: Iterable[np.ndarray], vocab_size: int, eos_id: int, precision: str,
                     device: torch.device, scratch: Path) -> tuple[Transformer, dict[str, Any]]:
+    """The reference LM, trained on `docs` (token ids without the end-of-document token), which are first
+    streamed into a scratch token shard: it samples its windows from there, not from memory."""
     ref = params.reference
     writer = TokenShardWriter(scratch / "reference", vocab_size, eos_id)
     for doc in docs:
@@ -312,7 +389,7 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
     model = Transformer(preset(ref.preset, vocab_size)).to(device)
     seq_len = model.config.max_seq_len
     if shard.num_windows(seq_len) < 1:
-        raise ConfigError(f"param 'perplexity.reference.subset_fraction': the reference LM's {len(docs)} training "
+        raise ConfigError(f"param 'perplexity.reference.subset_fraction': the reference LM's {shard.num_docs} training "
                           f"documents hold {shard.num_tokens} tokens, fewer than one {seq_len + 1}-token window of "
                           f"preset {ref.preset}: raise reference.subset_fraction or use a preset with a shorter "
                           "max_seq_len")
@@ -325,7 +402,7 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
                       eval_windows=0)
     trainer = in_process(model, WindowSampler(shard, seq_len, ref.batch_size, params.seed), cfg, device)
     log.info("perplexity: training reference LM (%s, %.2fM params, %s) on %d docs, %d tokens, %d steps "
-             "(%.2f epochs)", ref.preset, model.num_params() / 1e6, precision, len(docs), shard.num_tokens, steps,
+             "(%.2f epochs)", ref.preset, model.num_params() / 1e6, precision, shard.num_docs, shard.num_tokens, steps,
              steps * ref.batch_size * seq_len / shard.num_tokens)
     t0 = time.perf_counter()
     model.train()
@@ -336,7 +413,7 @@ def train_reference(params: Params, docs: list[np.ndarray], vocab_size: int, eos
     return model, {
         "reference.trained": 1,
         "reference.num_params": model.num_params(),
-        "reference.num_docs": len(docs),
+        "reference.num_docs": shard.num_docs,
         "reference.num_tokens": shard.num_tokens,
         "reference.steps": steps,
         "reference.tokens_seen": trainer.tokens_seen,
@@ -371,11 +448,12 @@ def _score_shard(docs: list[np.ndarray], folder: Path) -> dict[str, Any]:
 
 
 def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int, precision: str,
-                 device: torch.device) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
-    """(summed NLL, scored tokens) per document and shard counts. Shards of `read_batch_docs` documents;
-    the local executor scores them in this process with this model, Ray tasks on their CPUs with a copy."""
-    num_docs = len(corpus.ids)
-    nll_sum, num_scored = np.zeros(num_docs), np.zeros(num_docs, dtype=np.int64)
+                 device: torch.device) -> dict[str, int]:
+    """Columns `nll_sum` (summed NLL), `num_scored` (scored tokens) and `perplexity` of every document; returns
+    shard counts. Shards of `read_batch_docs` documents; the local executor scores them in this process with
+    this model, Ray tasks on their CPUs with a copy."""
+    num_docs = corpus.num_docs
+    nll_sum, num_scored = corpus.columns.create("nll_sum", np.float64), corpus.columns.create("num_scored", np.int64)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     digest = b"".join(t.numpy().tobytes() for _, t in sorted(state.items()))
     inputs = [*sorted(Path(params.input_dir).glob("part-*.parquet")), model.config.to_json().encode() + digest]
@@ -383,23 +461,28 @@ def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int
     ray_device = "cpu" if params.executor == "ray" else str(device)  # Ray tasks hold a CPU, no GPU
     initargs = (model.config.to_json(), state, eos_id, params.max_score_tokens, params.score_batch_tokens, precision,
                 ray_device)
-    ranges = [(lo, min(num_docs, lo + params.read_batch_docs)) for lo in range(0, num_docs, params.read_batch_docs)]
-    payloads = ([corpus.doc(i) for i in range(lo, hi)] for lo, hi in ranges)
+    def ranges() -> Iterator[tuple[int, int]]:
+        return ((lo, min(num_docs, lo + params.read_batch_docs)) for lo in range(0, num_docs, params.read_batch_docs))
+
+    payloads = ([corpus.doc(i) for i in range(lo, hi)] for lo, hi in ranges())
     num_workers = params.num_workers if params.executor == "ray" else 1
     counts = {"num_shards": 0, "num_shards_resumed": 0}
     with tqdm(total=num_docs, desc="score", unit="doc", mininterval=2.0) as bar:
         for shard, (lo, hi) in zip(map_shards(_score_shard, payloads, work, params.executor, params.address,
-                                              num_workers, _init_scorer, initargs), ranges):
+                                              num_workers, _init_scorer, initargs), ranges()):
             scores = np.load(shard.folder / SCORES_FILE)
             nll_sum[lo:hi], num_scored[lo:hi] = scores["nll_sum"], scores["num_scored"]
             counts["num_shards"] += 1
             counts["num_shards_resumed"] += shard.resumed
             bar.update(hi - lo)
-    return nll_sum, num_scored, counts
+    perplexity = corpus.columns.create("perplexity", np.float64)
+    for s in corpus.columns.slices():
+        perplexity[s] = np.exp(nll_sum[s] / num_scored[s])
+    return counts
 
 
-def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers: np.ndarray, splits: np.ndarray,
-                  vocab_size: int, eos_id: int, out: Path) -> dict[tuple[str, str], TokenShardWriter]:
+def write_outputs(params: Params, corpus: Corpus, vocab_size: int, eos_id: int,
+                  out: Path) -> dict[tuple[str, str], TokenShardWriter]:
     files = sorted(Path(params.input_dir).glob("part-*.parquet"))
     schema = pq.read_schema(files[0])
     for name, dtype in NEW_COLUMNS:
@@ -410,21 +493,28 @@ def write_outputs(params: Params, corpus: Corpus, perplexity: np.ndarray, tiers:
     docs = PartWriter(out / "docs", schema, params.rows_per_part)
     shards = {(split, tier): TokenShardWriter(out / "tokens" / split / tier, vocab_size, eos_id)
               for split in SPLITS for tier in TIERS}
-    with tqdm(total=len(corpus.ids), desc="write", unit="doc", mininterval=2.0) as bar:
-        for i, row in enumerate(iter_rows(params.input_dir, batch_size=params.read_batch_docs)):
-            if row["id"] != corpus.ids[i]:
-                raise RuntimeError(f"{params.input_dir} changed while the stage ran (row {i})")
-            split, tier = SPLITS[splits[i]], TIERS[tiers[i]]
-            doc_ids = corpus.doc(i)
-            docs.write({**row, "perplexity": float(perplexity[i]), "tier": tier, "split": split,
-                        "num_tokens": len(doc_ids)})
-            shards[split, tier].add(doc_ids)
-            bar.update()
+    columns, num_docs, start = corpus.columns, corpus.num_docs, 0
+    rows = iter_rows(params.input_dir, batch_size=params.read_batch_docs)
+    with tqdm(total=num_docs, desc="write", unit="doc", mininterval=2.0) as bar:
+        for batch in _chunks(rows, params.read_batch_docs):
+            s = slice(start, min(num_docs, start + len(batch)))
+            hashes, splits, tiers = (columns[name][s].tolist() for name in ("id_hash", "split", "tier"))
+            perplexity = columns["perplexity"][s].tolist()
+            for i, row in enumerate(batch):
+                if i >= len(hashes) or id_hash(row["id"]) != hashes[i]:
+                    raise RuntimeError(f"{params.input_dir} changed while the stage ran (row {start + i})")
+                split, tier = SPLITS[splits[i]], TIERS[tiers[i]]
+                doc_ids = corpus.doc(start + i)
+                docs.write({**row, "perplexity": perplexity[i], "tier": tier, "split": split,
+                            "num_tokens": len(doc_ids)})
+                shards[split, tier].add(doc_ids)
+            start = s.stop
+            bar.update(len(batch))
     docs.close()
     for writer in shards.values():
         writer.close()
-    if docs.num_rows != len(corpus.ids) or sum(w.num_docs for w in shards.values()) != len(corpus.ids):
-        raise RuntimeError(f"accounting broken: {len(corpus.ids)} docs scored, {docs.num_rows} written, "
+    if docs.num_rows != num_docs or sum(w.num_docs for w in shards.values()) != num_docs:
+        raise RuntimeError(f"accounting broken: {num_docs} docs scored, {docs.num_rows} written, "
                            f"{sum(w.num_docs for w in shards.values())} in token shards")
     return shards
 
@@ -484,11 +574,12 @@ def run(params: Params) -> dict[str, Any]:
         scratch = out / "_scratch"
         t0 = time.perf_counter()
         corpus = tokenize_corpus(params, tokenizer, eos_id, scratch)
-        num_docs = len(corpus.ids)
-        splits = np.array([is_validation(i, params.seed, params.val_fraction) for i in corpus.ids], dtype=np.int8)
-        doc_tokens = np.diff(corpus.tokens.doc_offsets)  # end-of-document tokens included, as in the shards
-        check_split_tokens(params, doc_tokens, splits, None)
-        in_reference = reference_subset(corpus, params.reference.subset_fraction, params.seed)
+        num_docs = corpus.num_docs
+        check_split_tokens(params, *split_sizes(corpus, tiered=False), tiered=False)
+        if params.reference.input_dir:  # the input's documents are all unseen by the reference LM
+            corpus.columns.create("in_reference", np.bool_)
+        else:
+            reference_subset(corpus, params.reference.subset_fraction)
         seconds["tokenize"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -499,39 +590,36 @@ def run(params: Params) -> dict[str, Any]:
                                  f"tokenizer's {vocab_size}")
             reference_metrics: dict[str, Any] = {"reference.trained": 0, "reference.num_params": model.num_params()}
         elif params.reference.input_dir:
-            in_reference[:] = False  # the input's documents are all unseen by the reference LM
-            train_docs, val_docs = external_reference(params, tokenizer)
-            model, reference_metrics = train_reference(params, train_docs, vocab_size, eos_id, precision, device,
-                                                       scratch)
-            reference_metrics["reference.val_num_docs"] = len(val_docs)
-            if val_docs:
-                nll, num_scored = score_documents(model, val_docs, eos_id, params.max_score_tokens,
-                                                  params.score_batch_tokens, precision, device)
-                reference_metrics["reference.val_perplexity"] = round(float(np.exp(nll.sum() / num_scored.sum())), 4)
+            model, reference_metrics = train_reference(params, external_reference(params, tokenizer, False), vocab_size,
+                                                       eos_id, precision, device, scratch)
+            reference_metrics.update(external_validation(params, model, tokenizer, eos_id, precision, device))
         else:
-            train_docs = [corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0))]
-            model, reference_metrics = train_reference(params, train_docs, vocab_size, eos_id, precision, device,
-                                                       scratch)
+            model, reference_metrics = train_reference(params, reference_docs(corpus), vocab_size, eos_id, precision,
+                                                       device, scratch)
         save_checkpoint(model, model_out / CHECKPOINT_NAME)
         seconds["reference"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        nll_sum, num_scored, shard_counts = score_corpus(params, model, corpus, eos_id, precision, device)
-        perplexity = np.exp(nll_sum / num_scored)
+        shard_counts = score_corpus(params, model, corpus, eos_id, precision, device)
         seconds["score"] = time.perf_counter() - t0
 
         if params.cutoffs_from == "all":
-            cutoffs = compute_cutoffs(perplexity, corpus.langs, params.percentiles, params.min_docs_per_lang)
+            cutoffs = streamed_cutoffs(corpus.scan("perplexity"), corpus.langs, params.percentiles,
+                                       params.min_docs_per_lang)
         elif params.cutoffs_from == "reference":
-            cutoffs = compute_cutoffs(perplexity[in_reference], corpus.langs[in_reference], params.percentiles,
-                                      params.min_docs_per_lang)
+            cutoffs = streamed_cutoffs(corpus.scan("perplexity", corpus.in_reference_langs), corpus.langs,
+                                       params.percentiles, params.min_docs_per_lang)
         else:
             cutoffs = read_cutoffs(params.cutoffs_from)
-        tiers = assign_tiers(perplexity, corpus.langs, cutoffs)
-        check_split_tokens(params, doc_tokens, splits, tiers)
+        tiers, lang_names = corpus.columns.create("tier", np.int8), np.array(corpus.langs, dtype=object)
+        for s in corpus.columns.slices():
+            tiers[s] = assign_tiers(corpus.columns["perplexity"][s], lang_names[corpus.columns["lang"][s]], cutoffs)
+        check_split_tokens(params, *split_sizes(corpus, tiered=True), tiered=True)
 
         t0 = time.perf_counter()
-        shards = write_outputs(params, corpus, perplexity, tiers, splits, vocab_size, eos_id, out)
+        shards = write_outputs(params, corpus, vocab_size, eos_id, out)
+        metrics = summarize(corpus, cutoffs, shards, reference_metrics, seconds["score"])
+        plot_rows = streamed_histogram_rows(corpus.scan("perplexity"), corpus.langs, cutoffs)
         shutil.rmtree(scratch)
         write_csv(out / "cutoffs.csv", CUTOFF_COLUMNS, cutoff_rows(cutoffs))
         write_json(out / "tokens" / "manifest.json", {
@@ -544,65 +632,109 @@ def run(params: Params) -> dict[str, Any]:
         seconds["write"] = time.perf_counter() - t0
     shutil.rmtree(Path(params.work_dir).resolve(), ignore_errors=True)  # scores are only dropped once published
 
-    metrics = summarize(params, corpus, perplexity, nll_sum, num_scored, tiers, splits, in_reference, cutoffs,
-                        shards, reference_metrics, seconds, time.perf_counter() - start)
+    metrics.update({f"seconds.{k}": round(v, 3) for k, v in seconds.items()})
+    metrics["seconds"] = round(time.perf_counter() - start, 3)
     metrics.update({f"score.{k}": v for k, v in shard_counts.items()})
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-    write_csv(params.plot_path, HISTOGRAM_COLUMNS, histogram_rows(perplexity, corpus.langs, cutoffs))
+    write_csv(params.plot_path, HISTOGRAM_COLUMNS, plot_rows)
     log.info("perplexity: %d docs, %d tokens; reference val ppl %.2f; hard/easy %s; %.1fs", num_docs,
              metrics["num_tokens"], metrics.get("reference.val_perplexity", float("nan")),
              {k.split(".")[1]: v for k, v in metrics.items() if k.startswith("hard_easy_ratio.")}, metrics["seconds"])
     return metrics
 
 
-def summarize(params: Params, corpus: Corpus, perplexity: np.ndarray, nll_sum: np.ndarray, num_scored: np.ndarray,
-              tiers: np.ndarray, splits: np.ndarray, in_reference: np.ndarray, cutoffs: dict, shards: dict,
-              reference_metrics: dict[str, Any], seconds: dict[str, float], total_seconds: float) -> dict[str, Any]:
-    def corpus_ppl(mask: np.ndarray) -> float:  # token-weighted, as validation perplexity is usually reported
-        return round(float(np.exp(nll_sum[mask].sum() / num_scored[mask].sum())), 4)
+def reference_docs(corpus: Corpus) -> Iterator[np.ndarray]:
+    """The reference subset's training-split documents, in input order, read from the token shard."""
+    for s in corpus.columns.slices():
+        chosen = corpus.columns["in_reference"][s] & (corpus.columns["split"][s] == 0)
+        for i in np.flatnonzero(chosen):
+            yield corpus.doc(s.start + int(i))
 
-    val = splits == 1
+
+def external_validation(params: Params, model: Transformer, tokenizer: Tokenizer, eos_id: int, precision: str,
+                        device: torch.device) -> dict[str, Any]:
+    """The reference LM's validation documents and perplexity on the validation split of `reference.input_dir`,
+    scored `read_batch_docs` documents at a time."""
+    num_docs, nll_total, scored_total = 0, 0.0, 0
+    for docs in _chunks(external_reference(params, tokenizer, True), params.read_batch_docs):
+        nll, num_scored = score_documents(model, docs, eos_id, params.max_score_tokens, params.score_batch_tokens,
+                                          precision, device)
+        num_docs, nll_total, scored_total = num_docs + len(docs), nll_total + nll.sum(), scored_total + num_scored.sum()
+    out: dict[str, Any] = {"reference.val_num_docs": num_docs}
+    if num_docs:
+        out["reference.val_perplexity"] = round(float(np.exp(nll_total / scored_total)), 4)
+    return out
+
+
+def summarize(corpus: Corpus, cutoffs: dict, shards: dict, reference_metrics: dict[str, Any],
+              score_seconds: float) -> dict[str, Any]:
+    """The figures of the scored and tiered documents (all but the timings), from passes over the columns:
+    counts and sums per chunk, medians by `order_stats` (exact)."""
+    columns, langs, num_langs = corpus.columns, corpus.langs, len(corpus.langs)
+    per_tier = np.zeros((num_langs, len(TIERS)), dtype=np.int64)  # documents per (language, tier)
+    ppl_sum = np.zeros((num_langs, len(TIERS)))  # their summed perplexity
+    # (documents, summed NLL, scored tokens) of the validation split, and of its reference-subset part
+    val = {"val": [0, 0.0, 0], "reference.val": [0, 0.0, 0]}
+    num_scored_tokens = 0
+    for s in columns.slices():
+        lang, tier, ppl = columns["lang"][s], columns["tier"][s], columns["perplexity"][s]
+        nll_sum, num_scored = columns["nll_sum"][s], columns["num_scored"][s]
+        is_val = columns["split"][s] == 1
+        num_scored_tokens += int(num_scored.sum())
+        for key, mask in (("val", is_val), ("reference.val", is_val & columns["in_reference"][s])):
+            val[key] = [val[key][0] + int(mask.sum()), val[key][1] + nll_sum[mask].sum(),
+                        val[key][2] + num_scored[mask].sum()]
+        cell = lang.astype(np.intp) * len(TIERS) + tier
+        for c in np.unique(cell):
+            per_tier.flat[c] += int((cell == c).sum())
+            ppl_sum.flat[c] += ppl[cell == c].sum()
+
     metrics: dict[str, Any] = {
-        "num_docs": len(corpus.ids),
+        "num_docs": corpus.num_docs,
         "num_tokens": int(sum(w.num_tokens - w.num_docs for w in shards.values())),
-        "num_scored_tokens": int(num_scored.sum()),
+        "num_scored_tokens": num_scored_tokens,
         # the reference LM's own validation documents: the subset's, unless it trained on reference.input_dir
-        "reference.val_num_docs": int((val & in_reference).sum()),
+        "reference.val_num_docs": val["reference.val"][0],
         **reference_metrics,
-        "num_val_docs": int(val.sum()),
+        "num_val_docs": val["val"][0],
         "num_pooled_langs": sum(1 for lang, c in cutoffs.items() if lang != POOLED and c.source == "pooled"),
-        "score_tokens_per_s": round(float(num_scored.sum()) / seconds["score"], 1),
-        **{f"seconds.{k}": round(v, 3) for k, v in seconds.items()},
-        "seconds": round(total_seconds, 3),
+        "score_tokens_per_s": round(float(num_scored_tokens) / score_seconds, 1),
     }
-    # A perplexity over no documents is left out, never NaN.
-    for key, mask in (("reference.val_perplexity", val & in_reference), ("val_perplexity", val)):
-        if key not in metrics and mask.any():
-            metrics[key] = corpus_ppl(mask)
+    # A perplexity over no documents is left out, never NaN; token-weighted, as validation perplexity is usually
+    # reported.
+    for key in ("reference.val", "val"):
+        num_docs, nll_total, scored_total = val[key]
+        if f"{key}_perplexity" not in metrics and num_docs:
+            metrics[f"{key}_perplexity"] = round(float(np.exp(nll_total / scored_total)), 4)
     for (split, tier), writer in sorted(shards.items()):
         metrics[f"docs.{split}.{tier}"] = writer.num_docs
         metrics[f"tokens.{split}.{tier}"] = writer.num_tokens - writer.num_docs  # end-of-document ids not counted
-    for lang in sorted(set(corpus.langs.tolist())):
-        in_lang = corpus.langs == lang
+
+    medians = order_stats.medians(corpus.scan("perplexity"), range(num_langs))
+
+    def seen_or_unseen(s: slice) -> np.ndarray:  # 2 x language (+ 1 when unseen), or -1 (a validation document seen)
+        lang, in_reference = columns["lang"][s].astype(np.int64), columns["in_reference"][s]
+        seen = in_reference & (columns["split"][s] == 0)
+        return np.where(seen, 2 * lang, np.where(~in_reference, 2 * lang + 1, -1))
+
+    bias_medians = order_stats.medians(corpus.scan("perplexity", seen_or_unseen), range(2 * num_langs))
+    for code, lang in sorted(enumerate(langs), key=lambda item: item[1]):
         c = cutoffs.get(lang, cutoffs[POOLED])
         metrics[f"cutoffs.{lang}.easy_max"] = round(c.easy_max, 4)
         metrics[f"cutoffs.{lang}.medium_max"] = round(c.medium_max, 4)
         metrics[f"cutoffs.{lang}.pooled"] = int(c.source != "lang")
         means = {}
         for t, tier in enumerate(TIERS):
-            mask = in_lang & (tiers == t)
-            metrics[f"docs.{lang}.{tier}"] = int(mask.sum())
-            if mask.any():  # a language with pooled cutoffs can leave a tier empty
-                means[tier] = float(perplexity[mask].mean())
+            metrics[f"docs.{lang}.{tier}"] = int(per_tier[code, t])
+            if per_tier[code, t]:  # a language with pooled cutoffs can leave a tier empty
+                means[tier] = float(ppl_sum[code, t] / per_tier[code, t])
                 metrics[f"mean_perplexity.{lang}.{tier}"] = round(means[tier], 4)
         if "hard" in means and "easy" in means:
             metrics[f"hard_easy_ratio.{lang}"] = round(means["hard"] / means["easy"], 4)
-        metrics[f"median_perplexity.{lang}"] = round(float(np.median(perplexity[in_lang])), 4)
+        metrics[f"median_perplexity.{lang}"] = round(medians[code], 4)
         # How much lower the reference LM scores its own training documents than unseen ones (membership bias).
-        seen, unseen = in_lang & in_reference & (splits == 0), in_lang & ~in_reference
-        if seen.any() and unseen.any():
-            bias = np.median(perplexity[unseen]) / np.median(perplexity[seen])
-            metrics[f"reference_bias.{lang}"] = round(float(bias), 4)
+        if 2 * code in bias_medians and 2 * code + 1 in bias_medians:
+            metrics[f"reference_bias.{lang}"] = round(bias_medians[2 * code + 1] / bias_medians[2 * code], 4)
     return metrics
 
 

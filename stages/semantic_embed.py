@@ -3,9 +3,12 @@
 The expensive half of the semantic filter, kept in its own DVC stage so that retraining the head or
 moving its threshold never re-embeds anything. Only languages in `embed_languages` go through the
 encoder (all-MiniLM-L6-v2 reads English; it maps most Chinese characters to [UNK]); other rows get a
-zero vector and are judged by the head's n-gram and layout features alone. Each distinct text is
-encoded once (most of the demo's labelled examples are also clean documents). With the ONNX backend the
-exported encoder is kept in `onnx_cache_dir` and reused by later runs.
+zero vector and are judged by the head's n-gram and layout features alone. The docs are read and embedded
+`chunk_docs` at a time, the labelled examples with the first chunk: within a chunk each distinct text is
+encoded once (most of the demo's labelled examples are also clean documents) and the encoder's batches are
+sorted by length; only what the encoder reads of each text (`Encoder.clip`) is held, so memory is bounded by
+the chunk, not the corpus. With the ONNX backend the exported encoder is kept in `onnx_cache_dir` and reused
+by later runs.
 
     <out_dir>/labels.parquet   id, text (normalised like `clean`), lang, label, category, embedding
     <out_dir>/docs.parquet     id, lang, embedding   (same order as the clean docs)
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +26,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import xxhash
 
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import resolve_workers
 from stages.common.runtime.metrics import write_metrics
 from stages.common.runtime.params import param, validate
-from stages.common.runtime.parquet import read_table
+from stages.common.runtime.parquet import iter_rows
 from stages.common.semantic.encoder import DEFAULT_ENCODER, Encoder
 from stages.common.semantic.head import KEEP
 from stages.common.text.langid import LANGUAGES, LanguageIdentifier
@@ -53,6 +58,8 @@ class Params:
     batch_size: int = param(64, min=1)
     num_threads: int = param(0, min=0)  # 0 = all cores
     embed_languages: tuple[str, ...] = param(("en",), choices=LANGUAGES)
+    # documents embedded together (distinct texts encoded once, batches sorted by length); bounds memory
+    chunk_docs: int = param(65_536, min=1)
     seed: int = param(0, min=0)  # language ID of labels without a `lang`
 
     def __post_init__(self) -> None:
@@ -89,27 +96,54 @@ def read_labels(path: str, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def embed(encoder: Encoder, texts: list[str], langs: list[str], languages: tuple[str, ...]) -> tuple[np.ndarray, int]:
-    """Embeddings of `texts` (zero vectors outside `languages`), each distinct text encoded once: most of
-    the demo's labelled examples are also clean documents. Returns (embeddings, texts encoded)."""
+def embed(encoder: Encoder, texts: list[str], langs: list[str], languages: tuple[str, ...],
+          keys: list[Any] | None = None) -> tuple[np.ndarray, int]:
+    """Embeddings of `texts` (zero vectors outside `languages`), each distinct text (or distinct `keys[i]`, e.g.
+    a digest of the whole text where `texts` are clipped) encoded once: most of the demo's labelled examples
+    are also clean documents. Returns (embeddings, texts encoded)."""
     out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
-    slot: dict[str, int] = {}
+    slot: dict[Any, int] = {}
+    distinct: list[str] = []
     rows, slots = [], []
     for i, (text, lang) in enumerate(zip(texts, langs)):
         if lang in languages:
             rows.append(i)
-            slots.append(slot.setdefault(text, len(slot)))
+            key = text if keys is None else keys[i]
+            if key not in slot:
+                slot[key] = len(distinct)
+                distinct.append(text)
+            slots.append(slot[key])
     if rows:
-        out[rows] = encoder.encode(list(slot))[slots]
-    return out, len(slot)
+        out[rows] = encoder.encode(distinct)[slots]
+    return out, len(distinct)
 
 
 def _embedding_column(embeddings: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(embeddings.reshape(-1), pa.float32()), embeddings.shape[1])
 
 
+def doc_embeddings_table(ids: list[str], langs: list[str], embeddings: np.ndarray) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.string()), "lang": pa.array(langs, pa.string()),
+                     "embedding": _embedding_column(embeddings)})
+
+
 def write_doc_embeddings(path: Path, ids: list[str], langs: list[str], embeddings: np.ndarray) -> None:
-    pq.write_table(pa.table({"id": ids, "lang": langs, "embedding": _embedding_column(embeddings)}), path)
+    pq.write_table(doc_embeddings_table(ids, langs, embeddings), path)
+
+
+def read_chunks(docs_dir: str, chunk_docs: int, clip: Callable[[str], str]) -> Iterator[dict[str, list]]:
+    """The docs `chunk_docs` at a time: id, lang, the clipped text and a digest of the whole text."""
+    chunk: dict[str, list] = {"id": [], "lang": [], "text": [], "key": []}
+    for row in iter_rows(docs_dir, ["id", "text", "lang"]):
+        chunk["id"].append(row["id"])
+        chunk["lang"].append(row["lang"])
+        chunk["text"].append(clip(row["text"]))
+        chunk["key"].append(xxhash.xxh3_128_digest(row["text"].encode()))
+        if len(chunk["id"]) >= chunk_docs:
+            yield chunk
+            chunk = {name: [] for name in chunk}
+    if chunk["id"]:
+        yield chunk
 
 
 def run(params: Params) -> dict[str, Any]:
@@ -117,37 +151,61 @@ def run(params: Params) -> dict[str, Any]:
                       {"out_dir": params.out_dir})
     start = time.perf_counter()
     labels = read_labels(params.labels_path, params.seed)
-    docs = read_table(params.docs_dir, ["id", "text", "lang"]).to_pydict()
     t_load = time.perf_counter()
     encoder = Encoder(params.encoder, params.max_length, params.batch_size, resolve_workers(params.num_threads),
                       params.backend, params.quantize, params.onnx_cache_dir or None)
     load_seconds = time.perf_counter() - t_load
-    t0 = time.perf_counter()
-    texts = [r["text"] for r in labels] + docs["text"]
-    langs = [r["lang"] for r in labels] + docs["lang"]
-    embeddings, num_encoded = embed(encoder, texts, langs, params.embed_languages)
-    label_emb, doc_emb = embeddings[:len(labels)], embeddings[len(labels):]
-    encode_seconds = time.perf_counter() - t0
+    counts = {"num_docs": 0, "num_embedded": 0, "num_encoded": 0}
+    encode_seconds = 0.0
+
+    def embed_counted(texts: list[str], langs: list[str], keys: list[Any]) -> np.ndarray:
+        nonlocal encode_seconds
+        t0 = time.perf_counter()
+        embeddings, num_encoded = embed(encoder, texts, langs, params.embed_languages, keys)
+        encode_seconds += time.perf_counter() - t0
+        counts["num_encoded"] += num_encoded
+        counts["num_embedded"] += sum(lang in params.embed_languages for lang in langs)  # rows with an embedding
+        return embeddings
+
+    label_texts = [encoder.clip(r["text"]) for r in labels]
+    label_keys = [xxhash.xxh3_128_digest(r["text"].encode()) for r in labels]
     with atomic_dir(params.out_dir) as tmp:
-        table = pa.Table.from_pylist(labels)
-        pq.write_table(table.append_column("embedding", _embedding_column(label_emb)), tmp / "labels.parquet")
-        write_doc_embeddings(tmp / "docs.parquet", docs["id"], docs["lang"], doc_emb)
+        writer = None
+        for chunk in read_chunks(params.docs_dir, params.chunk_docs, encoder.clip):
+            num_labels = len(labels) if writer is None else 0  # the labels go with the first chunk
+            embeddings = embed_counted(label_texts[:num_labels] + chunk["text"],
+                                       [r["lang"] for r in labels[:num_labels]] + chunk["lang"],
+                                       label_keys[:num_labels] + chunk["key"])
+            if num_labels:
+                write_labels(tmp / "labels.parquet", labels, embeddings[:num_labels])
+            table = doc_embeddings_table(chunk["id"], chunk["lang"], embeddings[num_labels:])
+            writer = writer or pq.ParquetWriter(tmp / "docs.parquet", table.schema)
+            writer.write_table(table)
+            counts["num_docs"] += len(chunk["id"])
+        if writer is None:  # no documents: the labels alone, and an empty (typed) docs file
+            write_labels(tmp / "labels.parquet", labels,
+                         embed_counted(label_texts, [r["lang"] for r in labels], label_keys))
+            write_doc_embeddings(tmp / "docs.parquet", [], [], np.zeros((0, encoder.dim), np.float32))
+        else:
+            writer.close()
     metrics = {
         "num_labels": len(labels),
-        "num_docs": len(docs["id"]),
-        "num_embedded": sum(lang in params.embed_languages for lang in langs),  # rows with an embedding
-        "num_encoded": num_encoded,  # distinct texts through the encoder
+        **counts,
         "encoder_load_seconds": load_seconds,  # model load (+ ONNX export on a cache miss)
         "onnx_cache_hit": encoder.onnx_cache_hit,
         "encode_seconds": encode_seconds,
-        "encoded_per_s": num_encoded / max(encode_seconds, 1e-9),
+        "encoded_per_s": counts["num_encoded"] / max(encode_seconds, 1e-9),  # distinct texts through the encoder
         "seconds": time.perf_counter() - start,
         "embedding_dim": encoder.dim,
     }
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-    log.info("semantic_embed: %d labels + %d docs, %d encoded at %.0f/s", len(labels), len(docs["id"]),
-             num_encoded, metrics["encoded_per_s"])
+    log.info("semantic_embed: %d labels + %d docs, %d encoded at %.0f/s", len(labels), counts["num_docs"],
+             counts["num_encoded"], metrics["encoded_per_s"])
     return metrics
+
+
+def write_labels(path: Path, labels: list[dict[str, Any]], embeddings: np.ndarray) -> None:
+    pq.write_table(pa.Table.from_pylist(labels).append_column("embedding", _embedding_column(embeddings)), path)
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:

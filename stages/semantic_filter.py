@@ -107,6 +107,37 @@ class Scorer:
         return [{"score": float(p[0]), "category": self.classes[int(np.argmax(p[1:])) + 1]} for p in probs]
 
 
+class EmbeddingReader:
+    """semantic_embed's docs.parquet (id, lang, embedding), read in step with the clean docs: the shards ask for
+    consecutive rows, so only the rows of the current Parquet batch are held, not every id and embedding."""
+
+    def __init__(self, path: str, batch_size: int) -> None:
+        self._batches = pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_size,
+                                                                            columns=["id", "embedding"])
+        self._ids: list[str] = []
+        self._emb = np.zeros((0, 0), dtype=np.float32)
+        self._start = 0  # in the current batch
+        self.position = 0  # rows read so far
+
+    def read(self, offset: int, num_rows: int) -> tuple[list[str], np.ndarray]:
+        """Rows [offset, offset + num_rows) (fewer at the end of the file): their ids and embeddings."""
+        assert offset == self.position, f"rows are read in order: {offset} asked, {self.position} next"
+        ids, parts = [], []
+        while len(ids) < num_rows:
+            if self._start == len(self._ids):
+                batch = next(self._batches, None)
+                if batch is None:
+                    break
+                self._ids, self._start = batch.column("id").to_pylist(), 0
+                self._emb = batch.column("embedding").flatten().to_numpy().reshape(len(self._ids), -1)
+            take = min(num_rows - len(ids), len(self._ids) - self._start)
+            ids += self._ids[self._start:self._start + take]
+            parts.append(self._emb[self._start:self._start + take])
+            self._start += take
+        self.position += len(ids)
+        return ids, (np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32))
+
+
 class SemanticFilter(FilterStage):
     name = STAGE
     decider = Scorer
@@ -125,18 +156,16 @@ class SemanticFilter(FilterStage):
                 log.warning("semantic_filter: the %r threshold %.3f comes from %d keep and %d drop validation "
                             "examples, fewer than %d of either: low confidence (label more examples)", lang,
                             self.cutoffs[lang], num_keep, num_drop, MIN_VAL_PER_CLASS)
-        embeddings = pq.read_table(f"{params.embeddings_dir}/docs.parquet")
-        self.emb_ids = embeddings.column("id").to_pylist()
-        self.emb = embeddings.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(self.emb_ids), -1)
+        self.embeddings = EmbeddingReader(f"{params.embeddings_dir}/docs.parquet", params.batch_size)
 
     def documents(self) -> Iterator[dict[str, Any]]:
         return iter_rows(self.params.docs_dir)
 
     def payload(self, batch: list[dict[str, Any]], offset: int) -> tuple[list[str], list[str], np.ndarray]:
-        lo, hi = offset, offset + len(batch)
-        if [row["id"] for row in batch] != self.emb_ids[lo:hi]:
+        ids, emb = self.embeddings.read(offset, len(batch))
+        if [row["id"] for row in batch] != ids:
             raise RuntimeError("embeddings are out of step with the clean docs: rerun semantic_embed")
-        return [row["text"] for row in batch], [row["lang"] for row in batch], self.emb[lo:hi]
+        return [row["text"] for row in batch], [row["lang"] for row in batch], emb
 
     def decider_args(self) -> tuple:
         return (self.heads, self.pooled, self.classes, self.ngrams)

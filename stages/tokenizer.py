@@ -3,31 +3,39 @@
     <out_dir>/tokenizer.json (+ tokenizer_config.json, special_tokens_map.json)
 
 loadable by `tokenizers.Tokenizer.from_file` and by `transformers.PreTrainedTokenizerFast` /
-`AutoTokenizer.from_pretrained(out_dir)`. Trained on every document, or on a deterministic sample of
-about `max_train_chars` characters (BPE merge counts converge long before a large corpus is read).
-Metrics: vocabulary size, training sample size, characters per token per language.
+`AutoTokenizer.from_pretrained(out_dir)`. Trained on a deterministic sample of about `max_train_chars`
+characters (BPE merge counts converge long before a large corpus is read), or on every document. The docs
+are streamed twice: first their ids and lengths, keeping only the sample chosen so far (`training_sample`,
+memory bounded by the budget), then the sample's texts, fed to the trainer as they are read.
+Metrics: vocabulary size, training sample size, characters per token per language (on the first
+NUM_EVAL_DOCS_PER_LANG documents of each).
 """
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from stages.common.lm import bpe
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.params import param, validate
-from stages.common.runtime.parquet import read_table
+from stages.common.runtime.parquet import iter_rows
 
 log = logging.getLogger("refinery.tokenizer")
 STAGE = "tokenizer"
 NUM_EVAL_DOCS_PER_LANG = 1000
+READ_BATCH_DOCS = 1024
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,8 @@ class Params:
     eos_token: str = param("<|endoftext|>", nonempty=True)  # ends every document (and so starts the next); id 0
     pad_token: str = param("<|pad|>", nonempty=True)  # id 1
     extra_special_tokens: tuple[str, ...] = ()  # ids 2, 3, ...
-    max_train_chars: int = param(0, min=0)  # 0 = train on every document; else a sample of about this many characters
+    # a seeded sample of about this many characters (bounds memory: see params.yaml); 0 = every document
+    max_train_chars: int = param(20_000_000, min=0)
     seed: int = param(0, min=0)  # picks the sample
 
     def __post_init__(self) -> None:
@@ -54,45 +63,86 @@ class Params:
             raise ValueError("params 'tokenizer.eos_token' and 'tokenizer.pad_token' must differ")
 
 
-def training_sample(ids: list[str], texts: list[str], max_chars: int, seed: int) -> list[int]:
-    """Indices of the documents to train on, in input order: all, or those first in a seeded hash order
-    until `max_chars` characters are taken."""
+def training_sample(docs: Iterable[tuple[str, int]], max_chars: int, seed: int) -> list[int]:
+    """Indices of the documents to train on, in input order, given each one's (id, characters): all, or those
+    first in a seeded hash order of their id until `max_chars` characters are taken (the one reaching it
+    included). One pass holding only the documents chosen so far, in a heap with the last in hash order on top
+    (bottom-k): memory bounded by the budget, whatever the number of documents."""
     if not max_chars:
-        return list(range(len(texts)))
-    order = sorted(range(len(ids)), key=lambda i: hashlib.blake2b(f"{seed}:{ids[i]}".encode(), digest_size=8).digest())
-    lengths = np.array([len(texts[i]) for i in order])
-    num_taken = int(np.searchsorted(np.cumsum(lengths), max_chars)) + 1
-    return sorted(order[:num_taken])
+        return [i for i, _ in enumerate(docs)]
+    chosen: list[tuple[int, int, int]] = []  # (-hash, -index, characters)
+    num_chars = 0
+    for index, (doc_id, length) in enumerate(docs):
+        key = int.from_bytes(hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest(), "big")
+        if num_chars >= max_chars and (key, index) > (-chosen[0][0], -chosen[0][1]):
+            continue  # after the sample's end in hash order
+        heapq.heappush(chosen, (-key, -index, length))
+        num_chars += length
+        while num_chars - chosen[0][2] >= max_chars:  # the budget is reached without the last one
+            num_chars -= heapq.heappop(chosen)[2]
+    return sorted(-index for _, index, _ in chosen)
+
+
+def doc_lengths(input_dir: str) -> Iterator[tuple[str, int]]:
+    """(id, characters) of every document in input order; the texts are measured by Arrow, not made into
+    Python strings."""
+    for path in sorted(Path(input_dir).glob("part-*.parquet")):
+        batches = pq.ParquetFile(path, pre_buffer=False).iter_batches(READ_BATCH_DOCS, columns=["id", "text"])
+        for batch in batches:
+            yield from zip(batch.column("id").to_pylist(), pc.utf8_length(batch.column("text")).to_pylist())
+
+
+class TrainingTexts:
+    """The sample's texts in input order, read as the trainer consumes them; on the way, the first
+    NUM_EVAL_DOCS_PER_LANG texts of each language (the compression figures) and the counts."""
+
+    def __init__(self, input_dir: str, sample: list[int] | None) -> None:
+        self.input_dir, self.sample = input_dir, sample  # None: every document
+        self.eval_texts: dict[str, list[str]] = defaultdict(list)
+        self.num_docs = self.num_train_docs = self.train_chars = 0
+
+    def __iter__(self) -> Iterator[str]:
+        upcoming = iter(self.sample) if self.sample is not None else None
+        next_index = next(upcoming, -1) if upcoming is not None else None
+        for index, row in enumerate(iter_rows(self.input_dir, ["text", "lang"], batch_size=READ_BATCH_DOCS)):
+            self.num_docs += 1
+            text, lang = row["text"], row["lang"]
+            if len(self.eval_texts[lang]) < NUM_EVAL_DOCS_PER_LANG:
+                self.eval_texts[lang].append(text)
+            if next_index is None or index == next_index:
+                self.num_train_docs += 1
+                self.train_chars += len(text)
+                yield text
+                if upcoming is not None:
+                    next_index = next(upcoming, -1)
 
 
 def run(params: Params) -> dict[str, Any]:
     check_owned_paths(STAGE, {"input_dir": params.input_dir}, {"out_dir": params.out_dir})
     start = time.perf_counter()
-    table = read_table(params.input_dir, ["id", "text", "lang"])
-    ids, texts, langs = (table.column(c).to_pylist() for c in ("id", "text", "lang"))
-    if not texts:
+    num_docs = sum(pq.ParquetFile(p).metadata.num_rows for p in Path(params.input_dir).glob("part-*.parquet"))
+    if not num_docs:
         raise ValueError(f"{params.input_dir}: no documents to train a tokenizer on")
-    sample = training_sample(ids, texts, params.max_train_chars, params.seed)
-    log.info("tokenizer: training BPE (vocab %d) on %d of %d documents", params.vocab_size, len(sample), len(texts))
-    tokenizer = bpe.train_bpe((texts[i] for i in sample), params.vocab_size, params.min_frequency, params.eos_token,
+    sample = (training_sample(doc_lengths(params.input_dir), params.max_train_chars, params.seed)
+              if params.max_train_chars else None)
+    log.info("tokenizer: training BPE (vocab %d) on %d of %d documents", params.vocab_size,
+             num_docs if sample is None else len(sample), num_docs)
+    texts = TrainingTexts(params.input_dir, sample)
+    tokenizer = bpe.train_bpe(iter(texts), params.vocab_size, params.min_frequency, params.eos_token,
                               params.pad_token, params.extra_special_tokens)
     train_seconds = time.perf_counter() - start
     with atomic_dir(params.out_dir) as tmp:
         bpe.save(tokenizer, tmp, params.eos_token, params.pad_token)
 
-    # Compression per language, on the first documents of each (cheap, and the same ones every run).
-    by_lang: dict[str, list[str]] = defaultdict(list)
-    for text, lang in zip(texts, langs):
-        if len(by_lang[lang]) < NUM_EVAL_DOCS_PER_LANG:
-            by_lang[lang].append(text)
     metrics: dict[str, Any] = {
         "vocab_size": tokenizer.get_vocab_size(),
-        "num_docs": len(texts),
-        "num_train_docs": len(sample),
-        "train_chars": sum(len(texts[i]) for i in sample),
+        "num_docs": texts.num_docs,
+        "num_train_docs": texts.num_train_docs,
+        "train_chars": texts.train_chars,
         "train_seconds": round(train_seconds, 3),
     }
-    for lang, sample_texts in sorted(by_lang.items()):
+    # Compression per language, on the first documents of each (cheap, and the same ones every run).
+    for lang, sample_texts in sorted(texts.eval_texts.items()):
         num_tokens = sum(len(ids) for ids in bpe.encode(tokenizer, sample_texts))
         metrics[f"chars_per_token.{lang}"] = round(sum(map(len, sample_texts)) / max(1, num_tokens), 4)
     metrics["seconds"] = round(time.perf_counter() - start, 3)

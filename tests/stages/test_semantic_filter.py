@@ -293,3 +293,47 @@ def pa_table_of_docs(docs: list[dict]):
     rows = [{**{f.name: None for f in DOC_SCHEMA}, **d, "lang_prob": 1.0, "source": "test", "meta": "{}"}
             for d in docs]
     return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+
+
+def test_docs_are_embedded_a_chunk_at_a_time(pipeline, tmp_path):
+    """chunk_docs 1: every document embedded on its own (the labels with the first), written as a row group of
+    its own; the same rows, embeddings equal but for the float noise of other batch shapes, the same verdicts."""
+    whole = semantic_embed.Params(labels_path=str(tmp_path / "labels.jsonl"), docs_dir=pipeline.docs_dir,
+                                  out_dir=pipeline.embeddings_dir, metrics_path=str(tmp_path / "m" / "embed.json"),
+                                  detail_path=str(tmp_path / "m" / "embed.detail.json"), backend="torch",
+                                  quantize=False, onnx_cache_dir="", max_length=128, num_threads=1)
+    chunked = dataclasses.replace(whole, out_dir=str(tmp_path / "emb_chunked"), chunk_docs=1,
+                                  metrics_path=str(tmp_path / "m" / "embed1.json"),
+                                  detail_path=str(tmp_path / "m" / "embed1.detail.json"))
+    metrics = semantic_embed.run(chunked)
+    assert metrics["num_docs"] == 4 and pq.ParquetFile(Path(chunked.out_dir) / "docs.parquet").num_row_groups == 4
+    first, second = (pq.read_table(Path(e.out_dir) / "docs.parquet") for e in (whole, chunked))
+    assert first.column("id").to_pylist() == second.column("id").to_pylist()
+    assert first.column("lang").to_pylist() == second.column("lang").to_pylist()
+    np.testing.assert_allclose(np.stack(first.column("embedding").to_numpy(zero_copy_only=False)),
+                               np.stack(second.column("embedding").to_numpy(zero_copy_only=False)), atol=1e-5)
+    assert pq.read_table(Path(chunked.out_dir) / "labels.parquet").num_rows == len(labelled())
+
+    verdicts = semantic_filter.run(dataclasses.replace(pipeline, embeddings_dir=chunked.out_dir, batch_size=3,
+                                                       out_dir=str(tmp_path / "out_chunked"),
+                                                       work_dir=str(tmp_path / "w3")))
+    assert read_table(Path(tmp_path / "out_chunked" / "docs")).column("id").to_pylist() == ["zh-article", "en-article"]
+    assert verdicts["num_kept"] == 2 and verdicts["num_quarantined"] == 2
+
+
+def test_the_filter_reads_embeddings_in_step_not_all_at_once(tmp_path):
+    """The embed stage's rows come a Parquet batch at a time, whatever the row groups and the shards' sizes."""
+    ids = [f"d{i}" for i in range(10)]
+    emb = np.arange(40, dtype=np.float32).reshape(10, 4)
+    table = semantic_embed.doc_embeddings_table(ids, ["en"] * 10, emb)
+    with pq.ParquetWriter(tmp_path / "docs.parquet", table.schema) as writer:
+        for start in range(0, 10, 3):  # row groups of 3
+            writer.write_table(table.slice(start, 3))
+    reader = semantic_filter.EmbeddingReader(str(tmp_path / "docs.parquet"), batch_size=2)
+    got = [reader.read(0, 5), reader.read(5, 2), reader.read(7, 5)]
+    assert [g[0] for g in got] == [ids[:5], ids[5:7], ids[7:]]
+    for (_, e), (lo, hi) in zip(got, [(0, 5), (5, 7), (7, 10)]):
+        np.testing.assert_array_equal(e, emb[lo:hi])
+    assert reader.read(10, 3)[0] == []  # past the end: nothing, and the ids then refuse the shard
+    with pytest.raises(AssertionError, match="in order"):
+        reader.read(2, 1)

@@ -1,3 +1,5 @@
 """The language model and what feeds and scores it: the Llama-style `Transformer`, the byte-level BPE library,
-token shards with tiers, scoring, validation perplexity, Hugging Face conversion. Imports `runtime` only.
+token shards with tiers, scoring, validation perplexity, Hugging Face conversion, and for corpora larger than
+memory per-document columns on disk (`doc_columns`) and exact streamed order statistics (`order_stats`).
+Imports `runtime` only.
 """

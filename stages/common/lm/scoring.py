@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from stages.common.lm import order_stats
 from stages.common.lm.model import Transformer
+from stages.common.lm.order_stats import ALL, Chunks
 from stages.common.lm.token_shards import TIERS
 from stages.common.runtime.device import autocast
 
@@ -93,19 +95,38 @@ class Cutoffs:
 def compute_cutoffs(perplexity: np.ndarray, langs: np.ndarray, percentiles: tuple[float, float],
                     min_docs: int) -> dict[str, Cutoffs]:
     """Per-language cutoffs at `percentiles`, plus the pooled row (key POOLED)."""
-    def cut(values: np.ndarray, source: str) -> Cutoffs:
-        low, high = np.percentile(values, percentiles)
-        return Cutoffs(float(low), float(high), len(values), source)
+    names, codes = lang_codes(langs)
+    return streamed_cutoffs(lambda: [(perplexity, codes)], names, percentiles, min_docs)
 
-    cutoffs = {POOLED: cut(perplexity, "pooled")}
-    for lang in sorted(set(langs.tolist())):
-        values = perplexity[langs == lang]
-        if len(values) >= min_docs:
-            cutoffs[lang] = cut(values, "lang")
+
+def lang_codes(langs: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(the distinct languages, each document's index into them)."""
+    names, codes = np.unique(np.asarray(langs, dtype=object), return_inverse=True)
+    return names.tolist(), codes.astype(np.int32)
+
+
+def streamed_cutoffs(chunks: Chunks, langs: list[str], percentiles: tuple[float, float],
+                     min_docs: int) -> dict[str, Cutoffs]:
+    """`compute_cutoffs` of perplexities streamed in chunks (`order_stats`): `chunks()` yields (perplexity,
+    language code) pairs, a code indexing `langs` (negative: a document left out). The same values as
+    np.percentile, in memory bounded by the number of languages, not of documents."""
+    found = order_stats.percentiles(chunks, [ALL, *range(len(langs))], percentiles)
+
+    def cut(group: int, source: str) -> Cutoffs:
+        (low, high), num_docs = found[group]
+        return Cutoffs(float(low), float(high), num_docs, source)
+
+    cutoffs = {POOLED: cut(ALL, "pooled")}
+    for code, lang in sorted(enumerate(langs), key=lambda item: item[1]):
+        if code not in found:  # no document of it counts (not in the reference subset)
+            continue
+        num_docs = found[code][1]
+        if num_docs >= min_docs:
+            cutoffs[lang] = cut(code, "lang")
         else:  # too few documents for its own percentiles: a language as small as it is gets the pooled ones
             log.info("perplexity: %d document(s) in %r, fewer than min_docs_per_lang (%d): it gets the pooled "
-                     "cutoffs", len(values), lang, min_docs)
-            cutoffs[lang] = Cutoffs(cutoffs[POOLED].easy_max, cutoffs[POOLED].medium_max, len(values), "pooled")
+                     "cutoffs", num_docs, lang, min_docs)
+            cutoffs[lang] = Cutoffs(cutoffs[POOLED].easy_max, cutoffs[POOLED].medium_max, num_docs, "pooled")
     return cutoffs
 
 
@@ -145,18 +166,34 @@ def histogram_rows(perplexity: np.ndarray, langs: np.ndarray, cutoffs: dict[str,
     """Rows (HISTOGRAM_COLUMNS) for the distribution plot: `bin` rows are a histogram of log10 perplexity
     per language on shared bins (the 0.5-99.5th percentile range, outliers counted in the edge bins),
     coloured by the tier of the bin's centre; `cutoff` rows mark the two cutoffs of each language."""
-    logp = np.log10(perplexity)
-    low, high = np.percentile(logp, [0.5, 99.5])
+    names, codes = lang_codes(langs)
+    return streamed_histogram_rows(lambda: [(perplexity, codes)], names, cutoffs, num_bins)
+
+
+def streamed_histogram_rows(chunks: Chunks, langs: list[str], cutoffs: dict[str, Cutoffs],
+                            num_bins: int = 40) -> list[tuple]:
+    """`histogram_rows` of perplexities streamed in chunks of (perplexity, language code), as `streamed_cutoffs`."""
+    def log_chunks():
+        return ((np.log10(perplexity), codes) for perplexity, codes in chunks())
+
+    (low, high), _ = order_stats.percentiles(log_chunks, [ALL], [0.5, 99.5])[ALL]
     high = max(high, low + 1e-6)
     edges = np.linspace(low, high, num_bins + 1)
     centers = (edges[:-1] + edges[1:]) / 2
+    counts = np.zeros((len(langs), num_bins), dtype=np.int64)
+    present = np.zeros(len(langs), dtype=bool)
+    for logp, codes in log_chunks():
+        for code in np.unique(codes[codes >= 0]):
+            present[code] = True
+            counts[code] += np.histogram(np.clip(logp[codes == code], low, high), bins=edges)[0]
     rows: list[tuple] = []
-    for lang in sorted(set(langs.tolist())):
+    for code, lang in sorted(enumerate(langs), key=lambda item: item[1]):
+        if not present[code]:
+            continue
         c = cutoffs.get(lang, cutoffs[POOLED])
-        counts, _ = np.histogram(np.clip(logp[langs == lang], low, high), bins=edges)
         center_tiers = assign_tiers(10 ** centers, np.full(num_bins, lang, dtype=object), {lang: c, POOLED: c})
         rows += [(lang, "bin", round(float(a), 4), round(float(b), 4), int(n), TIERS[t])
-                 for a, b, n, t in zip(edges[:-1], edges[1:], counts, center_tiers)]
+                 for a, b, n, t in zip(edges[:-1], edges[1:], counts[code], center_tiers)]
         rows += [(lang, "cutoff", round(float(np.log10(v)), 4), round(float(np.log10(v)), 4), 0, name)
                  for v, name in ((c.easy_max, "easy|medium"), (c.medium_max, "medium|hard"))]
     return rows

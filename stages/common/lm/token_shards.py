@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,10 @@ def shard_paths(base: str | Path) -> tuple[Path, Path]:
 
 
 class TokenShardWriter:
-    """Streams documents into `<base>.bin`; the header and `<base>.idx.npy` are written by `close()`."""
+    """Streams documents into `<base>.bin`; the header and `<base>.idx.npy` are written by `close()`. The document
+    offsets go to a side file every `OFFSETS_BUFFER` documents, so a writer's memory does not grow with them."""
+
+    OFFSETS_BUFFER = 1 << 16
 
     def __init__(self, base: str | Path, vocab_size: int, eos_id: int) -> None:
         self.bin_path, self.idx_path = shard_paths(base)
@@ -76,23 +80,26 @@ class TokenShardWriter:
         self.vocab_size, self.eos_id = vocab_size, eos_id
         self.dtype = token_dtype(vocab_size)
         self._eos = np.array([eos_id], dtype=self.dtype)
-        self._offsets = [0]
+        self.num_tokens = self.num_docs = 0
+        self._offsets = [0]  # not yet in the side file
+        self._offsets_path = self.idx_path.with_name(self.idx_path.name + ".part")
+        self._offsets_file = open(self._offsets_path, "wb")
         self._file = open(self.bin_path, "wb")
         self._file.write(b"\0" * HEADER_BYTES)
-
-    @property
-    def num_tokens(self) -> int:
-        return self._offsets[-1]
-
-    @property
-    def num_docs(self) -> int:
-        return len(self._offsets) - 1
 
     def add(self, ids: np.ndarray) -> None:
         """Append one document's ids (without the end-of-document token, which is added here)."""
         self._file.write(np.asarray(ids, dtype=self.dtype).tobytes())
         self._file.write(self._eos.tobytes())
-        self._offsets.append(self._offsets[-1] + len(ids) + 1)
+        self.num_tokens += len(ids) + 1
+        self.num_docs += 1
+        self._offsets.append(self.num_tokens)
+        if len(self._offsets) >= self.OFFSETS_BUFFER:
+            self._flush_offsets()
+
+    def _flush_offsets(self) -> None:
+        self._offsets_file.write(np.asarray(self._offsets, dtype=np.int64).tobytes())
+        self._offsets = []
 
     def close(self) -> None:
         self._file.seek(0)
@@ -100,7 +107,14 @@ class TokenShardWriter:
                               self.vocab_size, self.eos_id)
         self._file.write(header.ljust(HEADER_BYTES, b"\0"))
         self._file.close()
-        np.save(self.idx_path, np.asarray(self._offsets, dtype=np.int64))
+        self._flush_offsets()
+        self._offsets_file.close()
+        # The bytes np.save writes for the whole int64 array: its header, then the offsets as they are on disk.
+        with open(self.idx_path, "wb") as f, open(self._offsets_path, "rb") as offsets:
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)),
+                                                     "fortran_order": False, "shape": (self.num_docs + 1,)})
+            shutil.copyfileobj(offsets, f)
+        self._offsets_path.unlink()
 
 
 def read_header(bin_path: Path) -> tuple[int, int, int, int, int]:

@@ -62,6 +62,7 @@ MEANINGS = {
 SIZE_CATEGORIES = [(10**3, "n<1K"), (10**4, "1K<n<10K"), (10**5, "10K<n<100K"), (10**6, "100K<n<1M"),
                    (10**7, "1M<n<10M"), (10**8, "10M<n<100M"), (10**9, "100M<n<1B"), (10**10, "1B<n<10B"),
                    (10**11, "10B<n<100B"), (10**12, "100B<n<1T")]
+BATCH_ROWS = 1024  # rows read at a time: memory does not grow with the dataset
 
 
 def public(value: str) -> str:
@@ -107,8 +108,8 @@ class Dataset:
         keys = [(c,) for c in self.groups] + [("lang", "tier")] * ("lang" in self.groups and "tier" in self.groups)
         self.rows: dict[tuple[str, ...], Counter] = {k: Counter() for k in keys}
         self.text_bytes: dict[tuple[str, ...], Counter] = {k: Counter() for k in keys}
-        for path in self.files:
-            for batch in pq.ParquetFile(path).iter_batches():
+        for path in self.files:  # in small batches: a batch of long documents is megabytes
+            for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=BATCH_ROWS):
                 self.arrow_bytes += batch.nbytes
                 lengths = (_integers(pc.binary_length(batch.column("text"))) if self.has_text
                            else np.zeros(batch.num_rows, dtype=np.int64))
@@ -127,9 +128,12 @@ class Dataset:
                         self.text_bytes[key][value] += int(text_bytes[i])
         self.text_bytes_total = int(sum(self.text_bytes[keys[0]].values())) if keys and self.has_text else None
 
-    def column(self, name: str) -> list[Any]:
-        return [v for f in self.files for batch in pq.ParquetFile(f).iter_batches(columns=[name])
-                for v in batch.column(name).to_pylist()]
+    def value_counts(self, name: str) -> Counter:
+        counts: Counter = Counter()
+        for path in self.files:
+            for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(BATCH_ROWS, columns=[name]):
+                counts.update(batch.column(name).to_pylist())
+        return counts
 
 
 def _encode(column: pa.Array) -> tuple[list[Any], np.ndarray]:
@@ -283,7 +287,7 @@ def dataset_card(folder: Path, stage_name: str, stage: ModuleType, params: Any, 
              *_table(["param", "value"], "ll", _params(params))]
     if QUARANTINE in datasets:
         quarantine = datasets[QUARANTINE]
-        reasons = Counter(quarantine.column("reason")) if "reason" in quarantine.schema.names else Counter()
+        reasons = quarantine.value_counts("reason") if "reason" in quarantine.schema.names else Counter()
         lines += ["", "## Quarantine", "",
                   f"`{QUARANTINE}/`: {quarantine.num_rows:,} dropped records ({_bytes(quarantine.num_bytes)} of "
                   f"Parquet); documents kept + dropped = records read.", ""]

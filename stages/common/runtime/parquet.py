@@ -118,7 +118,8 @@ class PartWriter:
 
 def iter_rows(folder: str | Path, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[dict[str, Any]]:
     for path in sorted(Path(folder).glob("part-*.parquet")):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=columns):
+        # without pre-buffering, which reads every row group of the file ahead: a part holds many of them
+        for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_size, columns=columns):
             yield from batch.to_pylist()
 
 

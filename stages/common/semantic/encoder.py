@@ -134,9 +134,13 @@ class Encoder:
             root.setLevel(level)
         return path.with_suffix(".int8.onnx")
 
+    def clip(self, text: str) -> str:
+        """What of `text` the encoder can read: a token is at least one character, so `max_length` x 8 of
+        them are plenty; cutting first keeps the tokenizer off 100 KB pages."""
+        return text[: self.max_length * 8]
+
     def encode(self, texts: Sequence[str], progress: bool = True) -> np.ndarray:
-        # A token is at least one character; cutting first keeps the tokenizer off 100 KB pages.
-        clipped = [t[: self.max_length * 8] for t in texts]
+        clipped = [self.clip(t) for t in texts]
         order = np.argsort([len(t) for t in clipped], kind="stable")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         batches = range(0, len(order), self.batch_size)

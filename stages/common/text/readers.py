@@ -447,7 +447,7 @@ def _iter_parquet(path: str) -> Iterator[RawRecord]:
 
 
 def _parquet_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
-    yield from pq.ParquetFile(f).iter_batches(batch_size=1024)
+    yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=1024)  # one row group at a time
 
 
 def _iter_arrow(path: str) -> Iterator[RawRecord]:

@@ -46,6 +46,22 @@ def test_round_trip_docs_header_and_index(tmp_path):
     assert np.load(idx_path).tolist() == [0, 4, 6, 27]
 
 
+@pytest.mark.parametrize("num_docs", [0, 1, 7, 20])
+def test_offsets_spill_to_disk_and_index_is_np_save_bytes(tmp_path, monkeypatch, num_docs):
+    """The writer keeps at most OFFSETS_BUFFER offsets in memory (here 3: several spills); the index it writes
+    is byte for byte np.save's of the whole array, and the side file is gone."""
+    monkeypatch.setattr(TokenShardWriter, "OFFSETS_BUFFER", 3)
+    rng = np.random.default_rng(num_docs)
+    docs = [rng.integers(1, 1000, rng.integers(0, 6)).tolist() for _ in range(num_docs)]
+    shard = write_shard(tmp_path / "s", docs)
+    offsets = np.cumsum([0] + [len(d) + 1 for d in docs]).astype(np.int64)
+    np.save(tmp_path / "expected.npy", offsets)
+    _, idx_path = shard_paths(tmp_path / "s")
+    assert idx_path.read_bytes() == (tmp_path / "expected.npy").read_bytes()
+    assert shard.num_docs == num_docs and sorted(p.name for p in tmp_path.iterdir()) == ["expected.npy", "s.bin",
+                                                                                          "s.idx.npy"]
+
+
 def test_uint32_when_the_vocabulary_does_not_fit_uint16(tmp_path):
     assert token_dtype(65536) == np.uint16 and token_dtype(65537) == np.uint32
     shard = write_shard(tmp_path / "big", [[70_000, 1], [65_535]], vocab_size=100_000)
