@@ -17,7 +17,7 @@ def test_warmup_then_cosine_to_the_floor():
     assert all(a < b for a, b in zip(lrs[:9], lrs[1:10]))  # linear warmup
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # then never increases
     assert lrs[-1] == pytest.approx(0.1) and lrs[60] == pytest.approx(0.55, abs=0.01)  # cosine midpoint
-    assert lr_multiplier(500, 10, 110, 0.1) == pytest.approx(0.1)  # past the end: stays at the floor
+    assert lr_multiplier(500, 10, 110, 0.1) == pytest.approx(0.1)  # past the end: stays at the minimum
 
 
 def test_decay_only_on_matrices_and_embeddings():
