@@ -53,7 +53,7 @@ class DedupParams:
     word_ngram: int = param(3, min=1)
     char_ngram: int = param(5, min=1)
     # keys per partition of the dedup phase (one row each: a document has its exact key and one per LSH
-    # band): what one process holds at a time, ~50 bytes a row while it sorts them
+    # band): what one process holds at a time while it sorts them
     partition_rows: int = param(4_000_000, min=1, placement=True)
 
 
