@@ -4,16 +4,17 @@
     python -m bench.scale --sizes 2000 4000 --full-upto 2000 --out /tmp/scale_smoke   # a quick check
     python bench/scale.py ...                          # the same
 
-For each size the demo corpus generator (`python -m stages.demo_corpus`, params.yaml's `demo_corpus` section
-with `num_docs` set) writes a corpus into `<cache-dir>/<size>/corpus/`, kept between runs under a key of the
-generator's params and the digest of its code and data (its deps in dvc.yaml): a changed generator builds
-it again. Then `clean` runs on every size, and semantic_embed, semantic_head, semantic_filter, tokenizer
-and perplexity on sizes up to `--full-upto`, each as its own process with the command of dvc.yaml and a
-params file that is params.yaml with every data/, models/ and metrics/ path moved into
-`<cache-dir>/<size>/run/` (the generator's outputs point at the cached corpus; `clean.num_workers` from
-`--workers`). A sampler thread records each process's peak resident memory and the peak size of the stage's
-work_dir. Needs psutil (`pip install -e '.[test]'`). Results: `<out>.json` and `<out>.md`, rewritten after
-every stage run, so a long run that stops keeps what it measured.
+For each size the demo corpus generator (`python -m stages.demo_corpus`, params.yaml's `demo_corpus` section with
+`num_docs` set) writes a corpus into `<cache-dir>/<size>/corpus/`, kept between runs under a key of the generator's
+params and the digest of its code and data (its deps in dvc.yaml): a changed generator builds it again. Then
+`clean` runs on every size, and semantic_embed, semantic_head, semantic_filter, tokenizer and perplexity on sizes
+up to `--full-upto`, each as its own process with the command of dvc.yaml and a params file that is params.yaml
+with every data/, models/ and metrics/ path moved into `<cache-dir>/<size>/run/` (the generator's outputs point at
+the cached corpus; `clean.num_workers` from `--workers`). semantic_embed reads the smallest size's semantic labels
+at every size: the generator writes labels in proportion to the corpus, a user's labels file does not grow with it.
+A sampler thread records each process's peak resident memory and the peak size of the stage's work_dir. Needs
+psutil (`pip install -e '.[test]'`). Results: `<out>.json` and `<out>.md`, rewritten after every stage run, so a
+long run that stops keeps what it measured.
 """
 from __future__ import annotations
 
@@ -257,6 +258,9 @@ def run_size(params: dict[str, Any], num_docs: int, args: argparse.Namespace, re
     shutil.rmtree(run_dir, ignore_errors=True)  # a stopped run's folders would be refused by the stages
     (run_dir / "logs").mkdir(parents=True)
     moved = {params[GENERATOR][k]: v for k, v in generator_paths(Path(info["path"])).items()}
+    # a user's labels do not grow with the corpus, the generator's do: every size reads the smallest size's
+    labels_corpus = args.cache_dir / str(min(args.sizes)) / "corpus"
+    moved[params[GENERATOR]["semantic_labels_path"]] = generator_paths(labels_corpus)["semantic_labels_path"]
     stages = FULL_STAGES if num_docs <= args.full_upto else FULL_STAGES[:1]
     sections = {s: relocate(params[s], run_dir, moved) for s in stages}
     sections["clean"]["num_workers"] = args.workers
@@ -343,7 +347,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
              "with its data/, models/ and metrics/ paths moved into a run folder per size and the corpus generator's "
              f"outputs pointing at the cached corpus; clean.num_workers = {s['workers']} (0 = all cores), every other "
              f"setting as in params.yaml. Clean runs on every size, the stages through perplexity on sizes up to "
-             f"{s['full_upto']:,}.", "",
+             f"{s['full_upto']:,}. semantic_embed reads the semantic labels of the smallest size "
+             f"({min(s['sizes']):,} records) at every size: the generator writes labels in proportion to the "
+             "corpus, a user's labels file does not grow with it.", "",
              f"- A sampler thread reads, every {s['sample_interval_s']} s, the memory of the stage's process "
              "(**driver**) and of every process below it, recursively (**workers**: the process pool's forkserver "
              "and its workers). A process's peak is its kernel high-water mark (VmHWM: the largest RSS it has had, "
