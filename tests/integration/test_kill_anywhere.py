@@ -1,6 +1,8 @@
-"""SIGKILL of a data stage's whole process tree at seeded random moments: each output folder is then
-either complete (with its marker) or absent, and a rerun publishes the same bytes as an uninterrupted run.
-The stages run as DVC runs them (`python -m stages.<name> --params ...`), on tiny inputs."""
+"""SIGKILL of a data stage's whole process tree at seeded random moments during its work: each output
+folder is then either complete (with its marker) or absent, and a rerun publishes the same bytes as an
+uninterrupted run. A kill counts only when it lands while the stage runs and after that run has written
+to its work folder (its progress); a run that ends first is run again. The stages run as DVC runs them
+(`python -m stages.<name> --params ...`), on tiny inputs."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,24 +52,68 @@ def write_params(path: Path, stage: str, params) -> Path:
     return path
 
 
+def progress(work: Path) -> dict[str, tuple[int, int]] | None:
+    """What the work folder holds (path -> size, mtime); None while it does not exist."""
+    if not work.exists():
+        return None
+    found = {}
+    for p in work.rglob("*"):
+        try:
+            stat = p.stat()
+        except FileNotFoundError:  # renamed or removed while listed
+            continue
+        found[str(p)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def wait_for_progress(proc: subprocess.Popen, work: Path, before, timeout: float) -> float | None:
+    """The moment the running stage has changed its work folder from `before`; None if it ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = progress(work)
+        if now is not None and now != before:
+            return time.monotonic()
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.02)
+    pytest.fail(f"{work}: no progress in {timeout:.0f} s")
+
+
 def kill_anywhere(stage: str, params, outputs: list[Path], work: Path, tmp_path: Path, seed: int) -> None:
-    """A reference run in `reference/`, then NUM_KILLS runs killed at random moments, then a full rerun."""
+    """A reference run in `reference/`, then runs killed at random moments of their work until NUM_KILLS
+    kills landed, then a full rerun."""
     reference_params = dataclasses.replace(params, **{
         k: str(tmp_path / "reference" / Path(v).name) for k, v in dataclasses.asdict(params).items()
         if isinstance(v, str) and Path(v).is_relative_to(tmp_path / "run")})
-    began = time.monotonic()
+    reference_work = tmp_path / "reference" / work.name
     proc = start(stage, write_params(tmp_path / "reference.yaml", stage, reference_params))
+    work_began = wait_for_progress(proc, reference_work, None, 300)
+    assert work_began is not None, f"{stage}: the reference run never wrote to its work folder"
     assert proc.wait(timeout=300) == 0, proc.stderr.read().decode()[-3000:]
-    duration = time.monotonic() - began
+    work_s = time.monotonic() - work_began  # how long the reference run worked
     reference = tree([tmp_path / "reference" / out.name for out in outputs])
 
     params_file = write_params(tmp_path / "run.yaml", stage, params)
     rng = random.Random(seed)
-    for _ in range(NUM_KILLS):
+    landed = runs = 0
+    while landed < NUM_KILLS:
+        runs += 1
+        assert runs <= 4 * NUM_KILLS, f"{stage}: {runs - 1} runs, only {landed} killed during their work"
+        before = progress(work)
         proc = start(stage, params_file)
-        time.sleep(rng.uniform(0.2, duration))
-        os.killpg(proc.pid, signal.SIGKILL)  # the stage, its pool workers and forkserver
-        proc.wait()
+        if wait_for_progress(proc, work, before, 300) is None:  # it ended before writing anything
+            assert proc.wait() == 0, proc.stderr.read().decode()[-3000:]
+            continue
+        time.sleep(rng.uniform(0, work_s))
+        working = proc.poll() is None and progress(work) is not None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the stage, its pool workers and forkserver
+        except ProcessLookupError:  # it ended (and poll() reaped it) in between
+            pass
+        if proc.wait() != -signal.SIGKILL:  # it had finished: not a kill during its work
+            assert proc.returncode == 0, proc.stderr.read().decode()[-3000:]
+            continue
+        landed += working
         for out in outputs:
             assert not out.exists() or (out / SUCCESS_MARKER).is_file(), f"{out}: half-published"
         deadline = time.monotonic() + 10
