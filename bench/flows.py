@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 OVERHEAD_TARGET_S = 15.0
-PIPELINE_FILES = ("stages", "dvc.yaml", "params.yaml", "requirements.lock", "flows/config.yaml", ".gitignore")
+PIPELINE_FILES = ("stages", "dvc.yaml", "params.yaml", "requirements.lock", "flows/config.yaml", ".gitignore",
+                  "bench/results/curriculum.json")  # the report's curriculum study
 
 
 def free_port() -> int:

@@ -5,10 +5,11 @@ in a wheel; not named dvc.yaml, which DVC would collect as a second pipeline of 
 
 What `init` writes, nothing of it over an existing file (a folder that holds dvc.yaml or params.yaml is
 refused):
-- dvc.yaml: the shipped pipeline without the `demo_corpus` stage. The stages' code is the installed
-  `refinery` package (`python -m stages.<name>` imports it), not files of the workspace, so the code deps
-  (`stages/...`) are left out: DVC can only hash what is inside the repository, and a path into one
-  machine's virtualenv would make every clone stale. After upgrading refinery, `dvc repro --force`.
+- dvc.yaml: the shipped pipeline without the `demo_corpus` stage and the curriculum study's dep. The
+  stages' code is the installed `refinery` package (`python -m stages.<name>` imports it), not files of
+  the workspace, so the code deps (`stages/...`) are left out: DVC can only hash what is inside the
+  repository, and a path into one machine's virtualenv would make every clone stale. After upgrading
+  refinery, `dvc repro --force`.
   The plots' templates are copied to .dvc/plots/, where DVC finds a template by its name.
 - params.yaml: the shipped file edited line by line, so every comment stays: no `demo_corpus:` section,
   `clean.input: corpus`, `clean.sources: []` with a commented example, `semantic_embed.labels_path:
@@ -39,6 +40,7 @@ CORPUS_DIR = "corpus"
 LABELS_PATH = "labels/labels.jsonl"
 # dvc.yaml deps that are the pipeline's own code, not data of the workspace
 CODE_DEP_RE = re.compile(r"^\s+- (?:stages/\S+|requirements\.lock)\s*(?:#.*)?$")
+CURRICULUM_DEP = "${report.curriculum_path}"  # the shipped study: a workspace of your own data has none
 COMMENT_COLUMN = 29  # where params.yaml's comments start
 SPLIT_CONFIDENCE = 0.95  # labels README: the count at which the hash split leaves enough training examples
 
@@ -213,7 +215,8 @@ def _put_sources(lines: list[str]) -> list[str]:
 def own_data_dvc_yaml(shipped: str, version: str) -> str:
     """The shipped dvc.yaml for a workspace of your own data (see the module docstring)."""
     lines = _remove_block(shipped.splitlines(), DEMO_STAGE, indent=2)
-    text = "\n".join(line for line in lines if not CODE_DEP_RE.match(line)) + "\n"
+    text = "\n".join(line for line in lines
+                     if not CODE_DEP_RE.match(line) and line.split("#")[0].strip() != f"- {CURRICULUM_DEP}") + "\n"
     text = re.sub(r"(template: )stages/plots/", r"\1", text).replace("stages/plots/", ".dvc/plots/")
     return DVC_YAML_HEADER.format(version=version) + text
 

@@ -45,7 +45,7 @@ class Params:
     lock_path: str  # dvc.lock: the digests of the inputs; read, not a DVC dep (DVC rewrites it after each stage)
     out_path: str
     funnel_path: str  # the funnel as CSV (step, lang, docs): `dvc plots show` draws it
-    # bench/curriculum.py's results, shown under Training when the file exists ("" = never); read, not a DVC dep
+    # bench/curriculum.py's results, shown under Training ("" = none); a DVC dep of report in dvc.yaml
     curriculum_path: str
     title: str = param("Refinery run report", nonempty=True)
     example_reasons: int = param(2, min=0)  # drop reasons with examples: the most frequent of each family and stage

@@ -73,14 +73,16 @@ def write_jsonl(path: Path, records: list, compress: bool = False) -> Path:
 
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
-    """A copy of the project's pipeline files (code, dvc.yaml, params.yaml) in a fresh folder."""
+    """A copy of the project's pipeline files (code, dvc.yaml, params.yaml, the curriculum study the report
+    depends on) in a fresh folder."""
     dst = tmp_path / "repo"
     dst.mkdir()
-    for name in ("stages", "dvc.yaml", "params.yaml", "requirements.lock"):
+    for name in ("stages", "dvc.yaml", "params.yaml", "requirements.lock", "bench/results/curriculum.json"):
         src = ROOT / name
         if src.is_dir():
             shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst / name)
     return dst
 

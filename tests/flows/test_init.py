@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.workspace import (CORPUS_DIR, DEMO_STAGE, LABELS_PATH, TEMPLATE_DIR, labels_readme, own_data_dvc_yaml,
-                             own_data_params, plot_templates)
+from flows.workspace import (CORPUS_DIR, CURRICULUM_DEP, DEMO_STAGE, LABELS_PATH, TEMPLATE_DIR, labels_readme,
+                             own_data_dvc_yaml, own_data_params, plot_templates)
 from stages.clean import Params as CleanParams
 from stages.common.runtime.check import interpolate, maker, read_dvc_stages
 from stages.common.runtime.params import from_dict
@@ -62,15 +62,17 @@ def test_the_commented_sources_example_is_valid_for_clean():
     assert [s.name for s in params.input_sources()] == ["crawl", "export", "articles"]
 
 
-def test_dvc_yaml_is_the_shipped_pipeline_without_the_demo_and_its_code_deps():
+def test_dvc_yaml_is_the_shipped_pipeline_without_the_demo_its_code_deps_and_the_curriculum_study():
     text = own_data_dvc_yaml(SHIPPED_DVC, "1.2.3")
     assert "refinery 1.2.3" in text.splitlines()[0] and DEMO_STAGE not in text
     shipped, made = yaml.safe_load(SHIPPED_DVC), yaml.safe_load(text)
     assert set(made["stages"]) == set(shipped["stages"]) - {DEMO_STAGE}
     for name, stage in made["stages"].items():
         code = [d for d in shipped["stages"][name]["deps"] if d.startswith("stages/") or d == "requirements.lock"]
+        dropped = code + [CURRICULUM_DEP] * (name == "report")
         assert code and stage == {**shipped["stages"][name],
-                                  "deps": [d for d in shipped["stages"][name]["deps"] if d not in code]}
+                                  "deps": [d for d in shipped["stages"][name]["deps"] if d not in dropped]}
+    assert CURRICULUM_DEP in shipped["stages"]["report"]["deps"] and CURRICULUM_DEP not in text
     assert [list(p) for p in made["plots"]] == [list(p) for p in shipped["plots"]]
     assert plot_templates(text) == sorted(p.name for p in (ROOT / "stages" / "plots").glob("*.json"))
 
