@@ -285,6 +285,8 @@ def run_size(params: dict[str, Any], num_docs: int, args: argparse.Namespace, re
             row["seconds"] = round(detail["seconds"], 2)
             row["docs_per_s"] = round(row["docs_in"] / detail["seconds"], 1)
             row["kept"] = detail.get("num_kept")
+            if stage == "clean":  # the dedup phases: keys, partitions, pairs and their wall time
+                row["dedup"] = {k: v for k, v in detail.items() if k.startswith("dedup.") or k == "seconds.dedup"}
             row["out_mb"] = round(tree_size(section["out_dir"]) / MB, 1)
         results["runs"].append(row)
         write_results(results, args.out)
@@ -405,6 +407,21 @@ def markdown(r: dict[str, Any]) -> list[str]:
                          f"{fmt_mb(x['tree_peak_mb'])} | "
                          f"{fmt_mb(x['work_peak_mb'])} | {fmt_mb(x.get('out_mb'))} | {fmt(x.get('kept'))} | "
                          f"{x['load_before']}/{x['load_after']} |")
+    dedup = [x for x in r["runs"] if x["stage"] == "clean" and x.get("dedup")]
+    if dedup:
+        lines += ["", "### clean: the dedup phases", "",
+                  "Keys written by the workers (one per candidate and LSH band, plus the exact key), hash-range "
+                  "partitions that find the colliding pairs, the pairs found, and the wall time from the last "
+                  "shard decided to the groups settled (pairs and connected components; the keys are written "
+                  "while the shards are decided).", "",
+                  "| records | keys | partitions | pairs | dedup wall s | share of the stage's seconds |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for x in dedup:
+            d = x["dedup"]
+            share = d.get("seconds.dedup", 0) / x["seconds"] if x.get("seconds") else None
+            lines.append(f"| {x['records']:,} | {fmt(d.get('dedup.num_keys'))} | {fmt(d.get('dedup.num_partitions'))} | "
+                         f"{fmt(d.get('dedup.num_pairs'))} | {fmt(d.get('seconds.dedup'), 1)} | "
+                         f"{'-' if share is None else f'{share:.1%}'} |")
     return lines + [""]
 
 
