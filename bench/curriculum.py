@@ -14,11 +14,13 @@
      static    constant at the curriculum's start mix {easy .5, medium .3, hard .2}
      moving    linear .5/.3/.2 -> .2/.4/.4 (the curriculum params.yaml shipped with)
      reverse   linear .2/.4/.4 -> .5/.3/.2 (hard first)
-   Every arm is validated on the same held-out windows (the perplexity stage's val split): each tier, and
-   `all`, the tiers' losses weighted by their val tokens (the trainer's own eval). Per arm: mean, std
-   (n-1), min-max over seeds of the final `all` loss and per tier; steps to reach the uniform arm's mean
-   final `all` loss (linear interpolation between eval points); Welch's t-test (two-sided) and the exact
-   permutation test of each arm against uniform on the final `all` loss.
+   Every arm is validated on the same held-out windows, the first `--eval-windows` windows of each tier of
+   the perplexity stage's val split: each tier, and `all`, the tiers' losses weighted by their whole val
+   token counts (the trainer's own eval). Per arm: mean, std (n-1), min-max over seeds of the final `all`
+   loss and per tier; steps to reach the uniform arm's mean final `all` loss (linear interpolation between
+   eval points); Welch's t-test (two-sided) and the exact permutation test of each arm against uniform on the
+   final loss of `all` and of each tier. The Welch tests of all arms on all val sets are one family,
+   Holm-Bonferroni corrected: "significant" means the Holm p is below alpha (the raw p is kept next to it).
 2. Tier stability: reference LMs trained with the perplexity stage's own functions (`train_reference`,
    `score_documents`, `compute_cutoffs`) from params.yaml's `perplexity` section with another seed (and
    another reference subset size), scoring a seeded sample of documents per language; compared with the
@@ -29,7 +31,8 @@
    (data/raw/demo_labels.jsonl, joined on id) and example documents nearest the tier's median perplexity.
 
 Results: bench/results/curriculum.{json,md}, regenerated whole on every run (and after every training, so a
-study cut short keeps what it measured); `--reanalyze` recomputes the statistics from the runs in the JSON.
+study cut short keeps what it measured); `--restat` recomputes the statistics from the runs in the JSON with the
+current code, and records the commit, date and command that did it next to the runs' own.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -127,14 +131,31 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(stats.spearmanr(x, y).statistic)
 
 
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values, in the order given. The i-th smallest of m p-values is multiplied by
+    m - i + 1, then made non-decreasing in that order and capped at 1: a test is significant at family-wise
+    level alpha when its adjusted p < alpha. None (a test that could not run) stays None and does not count
+    in m."""
+    order = sorted((i for i, p in enumerate(pvalues) if p is not None), key=lambda i: pvalues[i])
+    adjusted: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def compare_arms(runs: dict[str, list[dict[str, Any]]], baseline: str = BASELINE, metric: str = "all",
                  alpha: float = ALPHA) -> dict[str, Any]:
     """Per arm: spread of the final loss of each val set, steps to reach the baseline's mean final `metric`
-    loss per seed, and the tests against the baseline on the final `metric` loss. A run is
-    {"seed", "steps": [...], "loss": {set: [...]}} with one loss per eval step."""
+    loss per seed, and the tests against the baseline on the final loss of each val set (`metric` also in
+    the row's `welch` and `permutation`). A run is {"seed", "steps": [...], "loss": {set: [...]}} with one loss
+    per eval step. The Welch tests of every arm on every val set are one family: `p_holm` is the
+    Holm-adjusted p, `significant` means p_holm < alpha (`significant_raw`: the uncorrected p < alpha)."""
     target = statistics.fmean(r["loss"][metric][-1] for r in runs[baseline])
     out: dict[str, Any] = {"baseline": baseline, "metric": metric, "target_loss": target, "alpha": alpha, "arms": {}}
-    base_final = [r["loss"][metric][-1] for r in runs[baseline]]
+    base_final = {s: [r["loss"][s][-1] for r in runs[baseline]] for s in runs[baseline][0]["loss"]}
+    tests: list[dict[str, Any]] = []  # the family: every per-set entry of every arm but the baseline
     for arm, arm_runs in runs.items():
         finals = {s: spread([r["loss"][s][-1] for r in arm_runs]) for s in arm_runs[0]["loss"]}
         reach = [steps_to_reach(r["steps"], r["loss"][metric], target) for r in arm_runs]
@@ -143,20 +164,29 @@ def compare_arms(runs: dict[str, list[dict[str, Any]]], baseline: str = BASELINE
                                "steps_to_target_summary": spread(reached) if reached else None,
                                "reached": f"{len(reached)}/{len(reach)}"}
         if arm != baseline:
-            final = [r["loss"][metric][-1] for r in arm_runs]
-            row["diff_vs_baseline"] = statistics.fmean(final) - statistics.fmean(base_final)
-            row["welch"] = welch(final, base_final) if len(final) > 1 and len(base_final) > 1 else None
-            row["permutation"] = permutation_p(final, base_final)
-            row["significant"] = bool(row["welch"] and row["welch"]["p"] < alpha)
-            # the same test on each tier's val loss: a mix can move loss between tiers at the same overall loss
+            # every val set, not only `metric`: a mix can move loss between tiers at the same overall loss
             row["per_set"] = {}
             for s in arm_runs[0]["loss"]:
-                a, b = [r["loss"][s][-1] for r in arm_runs], [r["loss"][s][-1] for r in runs[baseline]]
+                a, b = [r["loss"][s][-1] for r in arm_runs], base_final[s]
                 welch_s = welch(a, b) if len(a) > 1 and len(b) > 1 else None
+                perm = permutation_p(a, b)
                 row["per_set"][s] = {"diff": statistics.fmean(a) - statistics.fmean(b),
-                                     "p": welch_s["p"] if welch_s else None,
-                                     "significant": bool(welch_s and welch_s["p"] < alpha)}
+                                     "p": welch_s["p"] if welch_s else None, "p_perm": perm["p"]}
+                tests.append(row["per_set"][s])
+                if s == metric:
+                    row.update(diff_vs_baseline=row["per_set"][s]["diff"], welch=welch_s, permutation=perm)
         out["arms"][arm] = row
+    for test, p_holm in zip(tests, holm([t["p"] for t in tests])):
+        test.update(p_holm=p_holm, significant=p_holm is not None and p_holm < alpha,
+                    significant_raw=test["p"] is not None and test["p"] < alpha)
+    for row in out["arms"].values():
+        if "per_set" in row:
+            test = row["per_set"][metric]
+            if row["welch"]:
+                row["welch"]["p_holm"] = test["p_holm"]
+            row["significant"], row["significant_raw"] = test["significant"], test["significant_raw"]
+    out["correction"] = {"method": "holm", "num_tests": sum(t["p"] is not None for t in tests),
+                         "family": "Welch's t-test of every arm against the baseline on every val set"}
     return out
 
 
@@ -328,11 +358,64 @@ def fmt_spread(s: dict[str, float] | None, digits: int = 3) -> str:
     return f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
+def val_coverage(setup: dict[str, Any]) -> dict[str, Any] | None:
+    """What the validation windows cover: per tier the windows scored (the trainer's: non-overlapping from the
+    shard's start, at most `eval_windows`) and their predicted tokens, against the tier's val tokens; None when
+    `setup` lacks the val token counts."""
+    if not setup.get("val_tokens") or not setup.get("seq_len"):
+        return None
+    seq_len, val = setup["seq_len"], setup["val_tokens"]
+    windows = {t: min(setup["eval_windows"], len(range(0, max(0, n - seq_len), seq_len))) for t, n in val.items()}
+    tokens = {t: w * seq_len for t, w in windows.items()}
+    return {"windows": windows, "tokens": tokens, "val_tokens": val,
+            "share": sum(tokens.values()) / sum(val.values()),
+            "share_per_tier": {t: tokens[t] / val[t] for t in val}}
+
+
+def validation_text(setup: dict[str, Any]) -> str:
+    """The validation set, named for what it is: the first windows of each tier, and their share of the split
+    when the stored setup allows computing it."""
+    text = f"the first {setup['eval_windows']} windows of each tier of the perplexity stage's val split"
+    cov = val_coverage(setup)
+    if cov is None:
+        return text
+    short = [f"{t} has only {w}" for t, w in cov["windows"].items() if w < setup["eval_windows"]]
+    return (text + f" ({setup['seq_len']} predicted tokens each{'; ' + ', '.join(short) if short else ''}: "
+            f"{sum(cov['tokens'].values()):,} of the split's {sum(cov['val_tokens'].values()):,} tokens, "
+            f"{cov['share']:.0%}; " + ", ".join(f"{t} {x:.0%}" for t, x in cov["share_per_tier"].items()) + ")")
+
+
+def study_limits(setup: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    return [
+        f"one small model ({setup['preset']}), {setup['steps']} steps ({setup['tokens_per_arm']:,} tokens, "
+        f"{setup['steps'] / setup['demo_steps']:.0%} of the demo's run), the demo corpus "
+        f"({sum(setup['train_tokens'].values()):,} training tokens, partly templated)",
+        f"n={min(map(len, runs.values()), default=0)} seeds per arm: only large differences can show as "
+        "significant; a 'not significant' is no proof of no effect",
+        f"the validation set is {validation_text(setup)}, the same for every arm; `all` weights each tier's loss "
+        "by the tier's whole val token count, so it estimates the whole split's mean token loss from these windows",
+        f"warmup scaled with the steps ({setup['warmup_steps']} of {setup['steps']}); one process x "
+        f"{setup['threads'] or 'all'} threads instead of the demo's 2 DDP processes (the same global batch and data "
+        "per step)",
+    ]
+
+
+def fmt_p(p: float | None, digits: int = 3) -> str:
+    return "-" if p is None else f"{p:.{digits}f}"
+
+
 def markdown(r: dict[str, Any]) -> list[str]:
     c, setup, m = r["comparison"] or {"arms": {}, "target_loss": math.nan, "alpha": ALPHA, "baseline": BASELINE}, \
         r["setup"], r["machine"]
+    correction = c.get("correction") or {"num_tests": 0}
+    holm_text = f"Holm-corrected over {correction['num_tests']} tests, alpha {c['alpha']}"
+    stat = r.get("statistics")
+    provenance = (f"Training runs: `{r['command'].strip()}`, {r['date']}."
+                  + (f" Statistics recomputed from the stored runs by commit {stat['commit'].removesuffix('-dirty')}"
+                     + (" with uncommitted changes to bench/curriculum.py" if stat["commit"].endswith("-dirty") else "")
+                     + f" on {stat['date']} (`{stat['command'].strip()}`)." if stat else ""))
     lines = ["# Does the curriculum help? (bench/curriculum.py)", "",
-             f"`{r['command']}`, {r['date']}. Machine: {m['cpus']} cores, Python {m['python']}, torch {m['torch']}, "
+             f"{provenance} Machine: {m['cpus']} cores, Python {m['python']}, torch {m['torch']}, "
              f"CPU flags {' '.join(m['cpu_flags']) or 'none'}; load average {m['load_start']} at the start, "
              f"{m['load_end']} at the end (shared with other jobs: wall times are inflated); study wall "
              f"{r['wall_s'] / 60:.1f} min, CPU {r['cpu_s'] / 60:.1f} min."
@@ -345,11 +428,11 @@ def markdown(r: dict[str, Any]) -> list[str]:
              f"{setup['steps'] / setup['demo_steps']:.0%} of it; warmup {setup['warmup_steps']} steps), one process x "
              f"{setup['threads'] or 'all'} threads, precision {setup['precision']}, seeds {setup['seeds']} "
              f"(init and data order). Training data: {setup['train_tokens']}. Validation (the same for every "
-             f"arm): the perplexity stage's val split, {setup['eval_windows']} windows per tier; `all` = the tiers' "
-             f"losses weighted by their val tokens {setup['val_tokens']}; every {setup['eval_every']} steps.", "",
+             f"arm): {validation_text(setup)}; `all` = the tiers' losses weighted by each tier's whole val token "
+             f"count {setup['val_tokens']}; every {setup['eval_every']} steps.", "",
              "| arm | tier mix | final val loss `all` mean ± std (min-max) | easy | medium | hard | "
-             f"steps to {c['target_loss']:.4f} (uniform's final `all`) | Δ vs uniform | Welch p | perm. p |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"steps to {c['target_loss']:.4f} (uniform's final `all`) | Δ vs uniform | Welch p | Holm p | perm. p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, row in c["arms"].items():
         mix = ARMS[arm]
         mix_text = ("∝ tier windows " + "/".join(f"{x:.2f}" for x in setup["uniform_ratios"])
@@ -360,27 +443,47 @@ def markdown(r: dict[str, Any]) -> list[str]:
         reach_text = (f"{reach['mean']:.0f} ({reach['min']:.0f}-{reach['max']:.0f}), {row['reached']} reached"
                       if reach else f"not reached (0/{len(row['steps_to_target'])})")
         diff = f"{row['diff_vs_baseline']:+.4f}" if "diff_vs_baseline" in row else "-"
-        welch_p = f"{row['welch']['p']:.3f}" if row.get("welch") else "-"
+        test = row.get("per_set", {}).get(c.get("metric", "all"), {})
         perm_p = f"{row['permutation']['p']:.2f}" if row.get("permutation") else "-"
         lines.append(f"| {arm} | {mix_text} | {fmt_spread(row['final_loss']['all'], 4)} | "
                      f"{fmt_spread(row['final_loss']['easy'])} | {fmt_spread(row['final_loss']['medium'])} | "
-                     f"{fmt_spread(row['final_loss']['hard'])} | {reach_text} | {diff} | {welch_p} | {perm_p} |")
+                     f"{fmt_spread(row['final_loss']['hard'])} | {reach_text} | {diff} | {fmt_p(test.get('p'))} | "
+                     f"{fmt_p(test.get('p_holm'))} | {perm_p} |")
     perm = next((v["permutation"] for v in c["arms"].values() if "permutation" in v), {"splits": 0, "min_p": 1.0})
-    lines += ["", f"Tests: Welch's t-test (unequal variances, two-sided, n={len(setup['seeds'])} per arm) on the "
-              "final `all` validation loss against the uniform arm; exact permutation test on the same figures "
-              f"(|mean difference| over all {perm['splits']} splits of the pooled seeds; its smallest possible "
-              f"two-sided p here is {perm['min_p']:.2f}"
-              + (f", so it can never reach {c['alpha']})" if perm["min_p"] > c["alpha"] else ")")
-              + f". Significance level {c['alpha']}.", ""]
+    lines += ["", f"Tests: Welch's t-test (unequal variances, two-sided, n={len(setup['seeds'])} per arm) of each "
+              "arm against the uniform arm on the final validation loss of `all` and of each tier: "
+              f"{correction['num_tests']} tests in one family, Holm-Bonferroni corrected (family-wise alpha "
+              f"{c['alpha']}). **Significant means Holm p < {c['alpha']}**; the raw p is shown next to it and "
+              "holds for one test read alone. Exact permutation test on the same figures (|mean difference| over "
+              f"all {perm['splits']} splits of the pooled seeds; its smallest possible two-sided p here is "
+              f"{perm['min_p']:.2f}" + (f", so it can never reach {c['alpha']}" if perm["min_p"] > c["alpha"] else "")
+              + "; shown uncorrected, as a check on the t-test's normality assumption).", "",
+              "| arm | val set | Δ vs uniform | Welch p (raw) | Holm p | perm. p | significant (Holm) | "
+              "significant (raw p) |", "|---|---|---|---|---|---|---|---|"]
+    for arm, row in c["arms"].items():
+        for s, t in row.get("per_set", {}).items():
+            lines.append(f"| {arm} | {s} | {t['diff']:+.4f} | {fmt_p(t['p'])} | {fmt_p(t['p_holm'])} | "
+                         f"{t['p_perm']:.2f} | {'yes' if t['significant'] else 'no'} | "
+                         f"{'yes' if t['significant_raw'] else 'no'} |")
+    lines.append("")
     for arm, row in c.get("arms", {}).items():
         if arm == c["baseline"] or not row.get("welch"):
             continue
-        verdict = "significant" if row["significant"] else "**not significant**"
-        tiers = "; ".join(f"{t} {row['per_set'][t]['diff']:+.3f} (p {row['per_set'][t]['p']:.3f}"
-                          + (", significant)" if row["per_set"][t]["significant"] else ", not significant)")
-                          for t in TIERS if row.get("per_set", {}).get(t, {}).get("p") is not None)
+        verdict = ("significant" if row["significant"] else "**not significant**") + f" ({holm_text})" + (
+            f", though its raw p alone is below {c['alpha']}" if row["significant_raw"] and not row["significant"]
+            else "")
+        tiers = "; ".join(f"{t} {x['diff']:+.3f} (p {fmt_p(x['p'])}, Holm {fmt_p(x['p_holm'])}, perm. "
+                          f"{x['p_perm']:.2f}, {'significant' if x['significant'] else 'not significant'})"
+                          for t, x in row["per_set"].items() if t in TIERS)
         lines.append(f"- {arm} vs uniform: {row['diff_vs_baseline']:+.4f} nats final `all` loss, Welch p = "
-                     f"{row['welch']['p']:.3f}: {verdict} at {c['alpha']}. Per tier: {tiers}.")
+                     f"{row['welch']['p']:.3f}, Holm p = {fmt_p(row['welch']['p_holm'])}, permutation p = "
+                     f"{row['permutation']['p']:.2f}: {verdict}. Per tier: {tiers}.")
+    survivors = [f"{arm} {s}" for arm, row in c["arms"].items() for s, t in row.get("per_set", {}).items()
+                 if t["significant"]]
+    if c["arms"]:
+        lines += ["", ("Tests that survive the correction: " + ", ".join(survivors) + "." if survivors else
+                       f"No test survives the correction: no arm differs significantly from uniform on `all` or on "
+                       f"any tier ({holm_text}).")]
     lines += ["", "Per run (final val loss `all`, train loss of the last 10 steps, wall / CPU seconds):", "",
               "| arm | seed | val `all` | val easy | val medium | val hard | train loss | wall s | CPU s |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -450,15 +553,13 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=3, help="example documents per language and tier")
     parser.add_argument("--out", type=Path, default=RESULTS / "curriculum")
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch folder (default: a temporary one)")
-    parser.add_argument("--reanalyze", action="store_true",
-                        help="recompute the statistics and the .md from the runs already in <out>.json (no training)")
+    parser.add_argument("--restat", action="store_true",
+                        help="recompute the statistics from the runs already in <out>.json and rewrite <out>.json "
+                        "and .md (no training, no demo outputs needed)")
     args = parser.parse_args()
-    if args.reanalyze:
-        result = json.loads(args.out.with_suffix(".json").read_text())
-        result["comparison"] = compare_arms(result["runs"]) if BASELINE in result["runs"] else {}
-        result["reanalyzed"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-        args.out.with_suffix(".md").write_text("\n".join(markdown(result)))
+    if args.restat:
+        restat(args.out)
+        print(f"rewrote {args.out.with_suffix('.json')} and .md with the statistics of the current code")
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     started, cpu_started, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
@@ -510,7 +611,6 @@ def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict
     cfg = preset(first.preset, manifest["vocab_size"], **({"max_seq_len": first.seq_len} if first.seq_len else {}))
     train_windows = np.array([manifest["shards"][f"train/{t}"]["num_tokens"] - cfg.max_seq_len for t in TIERS])
     tokens_per_arm = args.steps * first.micro_batch_size * cfg.max_seq_len
-    train_tokens = sum(manifest["shards"][f"train/{t}"]["num_tokens"] for t in TIERS)
     result = {
         "command": "python -m bench.curriculum " + " ".join(sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -532,21 +632,34 @@ def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict
                   "params_tier_mix": base["tier_mix"], "arms": {a: ARMS[a] for a in args.arms}},
         "complete": complete,
         "runs": done, "comparison": comparison, "stability": stab, "contents": contents,
-        "limits": [
-            f"one small model ({first.preset}), {args.steps} steps ({tokens_per_arm:,} tokens, "
-            f"{args.steps / base['max_steps']:.0%} of the demo's run), the demo corpus ({train_tokens:,} training "
-            "tokens, partly templated)",
-            f"n={min(map(len, done.values()), default=0)} seeds per arm: only large differences can show as "
-            "significant; a 'not significant' is no proof of no effect",
-            "the validation set is the demo's val split (a few hundred documents), the same for every arm",
-            f"warmup scaled with the steps ({first.optim.warmup_steps} of {args.steps}); one process x "
-            f"{args.threads or 'all'} threads instead of the demo's 2 DDP processes (the same global batch and data "
-            "per step)",
-        ],
     }
+    result["limits"] = study_limits(result["setup"], done)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    args.out.with_suffix(".md").write_text("\n".join(markdown(result)))
+    write(args.out, result)
+
+
+def write(out: Path, result: dict[str, Any]) -> None:
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    out.with_suffix(".md").write_text("\n".join(markdown(result)))
+
+
+def git_commit() -> str:
+    """HEAD's short hash, `-dirty` when bench/curriculum.py differs from it (the code that did the work)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "bench/curriculum.py"], cwd=ROOT).returncode
+    return head + ("-dirty" if changed else "")
+
+
+def restat(out: Path) -> None:
+    """Recompute the statistics (and the limits text derived from the setup) from the runs stored in
+    <out>.json with the current code; the runs, setup, machine, stability and contents stay as measured."""
+    result = json.loads(out.with_suffix(".json").read_text())
+    result["comparison"] = compare_arms(result["runs"]) if BASELINE in result["runs"] else {}
+    result["limits"] = study_limits(result["setup"], result["runs"])
+    result["statistics"] = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                            "command": "python -m bench.curriculum " + " ".join(sys.argv[1:])}
+    write(out, result)
 
 
 if __name__ == "__main__":

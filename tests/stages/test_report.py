@@ -95,6 +95,20 @@ def test_the_curriculum_study_shows_under_training_only_when_its_results_are_the
     text = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
     assert cells(text, "moving") == ["5.1000 ± 0.0200", "5.0800–5.1200", "+0.0300", "0.210", "no", "0/3"]
     assert cells(text, "seed 1") == ["en", "0.970", "88.0%"]
+    # a file written before the Holm correction: its raw p, said to be uncorrected
+    assert "Welch p (uncorrected)" in text and "Holm" not in text
+    # the current file: the Holm-corrected p over the whole family, and `significant` follows it
+    study["setup"]["eval_windows"] = 64
+    study["statistics"] = {"commit": "abc1234", "date": "2026-01-02 00:00 UTC", "command": "python -m bench.curriculum"}
+    study["comparison"]["correction"] = {"method": "holm", "num_tests": 12}
+    study["comparison"]["arms"]["moving"].update(welch={"p": 0.04, "p_holm": 0.48}, significant=False,
+                                                 significant_raw=True)
+    (tmp_path / "curriculum.json").write_text(json.dumps(study))
+    report.run(make_params(tmp_path, curriculum_path="curriculum.json"))
+    text = (tmp_path / "reports" / "index.html").read_text(encoding="utf-8")
+    assert cells(text, "moving") == ["5.1000 ± 0.0200", "5.0800–5.1200", "+0.0300", "0.480", "no", "0/3"]
+    assert "Holm-corrected over 12 tests" in text and ">Holm p</th>" in text and "uncorrected" not in text
+    assert "the first 64 windows of each tier of the val split" in text and "whole validation split" not in text
 
 
 def test_text_is_escaped_and_the_file_names_no_address(page):

@@ -214,18 +214,23 @@ def curriculum(path: str | Path) -> dict[str, Any] | None:
         return None
     study = read_json(path)
     comparison, setup = study.get("comparison") or {}, study.get("setup") or {}
+    # Holm-corrected p over the study's whole family of tests; a file written before the correction holds the
+    # raw p only, and its `significant` follows that raw p
+    correction = comparison.get("correction")
     arms = []
     for name, row in (comparison.get("arms") or {}).items():
-        final = row["final_loss"]["all"]
+        final, welch = row["final_loss"]["all"], row.get("welch") or {}
         arms.append({"arm": name, "mean": final["mean"], "std": final["std"], "min": final["min"], "max": final["max"],
-                     "diff": row.get("diff_vs_baseline"), "p": (row.get("welch") or {}).get("p"),
+                     "diff": row.get("diff_vs_baseline"), "p": welch.get("p_holm" if correction else "p"),
                      "significant": row.get("significant"), "reached": row.get("reached")})
     stability = [{"variant": v["name"], "lang": lang, "spearman": a["spearman"], "same_tier": a["same_tier"]}
                  for v in (study.get("stability") or {}).get("variants", []) for lang, a in v["per_lang"].items()]
-    return {"date": study.get("date"), "preset": setup.get("preset"), "steps": setup.get("steps"),
+    return {"date": study.get("date"), "statistics_date": (study.get("statistics") or {}).get("date"),
+            "preset": setup.get("preset"), "steps": setup.get("steps"),
             "tokens_per_arm": setup.get("tokens_per_arm"), "seeds": setup.get("seeds", []),
-            "alpha": comparison.get("alpha"), "target_loss": comparison.get("target_loss"), "arms": arms,
-            "stability": stability}
+            "eval_windows": setup.get("eval_windows"), "alpha": comparison.get("alpha"),
+            "num_tests": correction["num_tests"] if correction else None,
+            "target_loss": comparison.get("target_loss"), "arms": arms, "stability": stability}
 
 
 def compression(table: Sequence[dict[str, str]], export_metrics: dict[str, Any], prune_metrics: dict[str, Any],

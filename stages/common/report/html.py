@@ -269,20 +269,29 @@ def curriculum_part(study: dict[str, Any] | None) -> str:
     """The curriculum study's summary (bench/curriculum.py), when its results file is there."""
     if not study:
         return ""
+    corrected = study["num_tests"] is not None
     rows = [[a["arm"], f"{num(a['mean'], 4)} ± {num(a['std'], 4)}", f"{num(a['min'], 4)}–{num(a['max'], 4)}",
              "–" if a["diff"] is None else f"{a['diff']:+.4f}", num(a["p"], 3),
              "–" if a["significant"] is None else ("yes" if a["significant"] else "no"), a["reached"] or "–"]
             for a in study["arms"]]
-    arms = table(["arm", "final validation loss (mean ± std)", "min–max", "vs uniform", "Welch p",
-                  f"significant at {study['alpha']}", f"seeds reaching {num(study['target_loss'], 4)}"], rows,
+    arms = table(["arm", "final validation loss (mean ± std)", "min–max", "vs uniform",
+                  "Holm p" if corrected else "Welch p (uncorrected)",
+                  f"significant at {study['alpha']}" + (" (Holm)" if corrected else ""),
+                  f"seeds reaching {num(study['target_loss'], 4)}"], rows,
                  [False, True, True, True, True, False, True])
     stability = table(["reference LM", "language", "Spearman", "same tier"],
                       [[s["variant"], s["lang"], num(s["spearman"], 3), pct(s["same_tier"], 1)]
                        for s in study["stability"]], [False, False, True, True]) if study["stability"] else ""
-    return (f"<h3>Does the curriculum help?</h3><p class=note>bench/curriculum.py ({esc(study['date'])}): the "
+    val = (f"the first {num(study['eval_windows'])} windows of each tier of the val split" if study["eval_windows"]
+           else "windows of each tier of the val split")
+    tests = (f"Welch's t-test against uniform sampling, p Holm-corrected over {num(study['num_tests'])} tests "
+             "(every mix on the overall loss and on each tier)" if corrected else
+             "Welch's t-test against uniform sampling, p uncorrected for the study's multiple tests")
+    restat = (f"; statistics recomputed {esc(study['statistics_date'])}" if study["statistics_date"] else "")
+    return (f"<h3>Does the curriculum help?</h3><p class=note>bench/curriculum.py ({esc(study['date'])}{restat}): the "
             f"{esc(study['preset'])} model trained {num(study['steps'])} steps ({num(study['tokens_per_arm'])} tokens) "
-            f"per run under each tier mix, seeds {esc(', '.join(map(str, study['seeds'])))}; loss on the whole "
-            f"validation split; Welch's t-test against uniform sampling.</p>{arms}"
+            f"per run under each tier mix, seeds {esc(', '.join(map(str, study['seeds'])))}; loss on {val}; "
+            f"{tests}.</p>{arms}"
             + (f"<p class=note>Tier stability: the same documents scored by another reference LM.</p>{stability}"
                if stability else ""))
 
