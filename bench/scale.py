@@ -351,7 +351,9 @@ def markdown(r: dict[str, Any]) -> list[str]:
              f"setting as in params.yaml. Clean runs on every size, the stages through perplexity on sizes up to "
              f"{s['full_upto']:,}. semantic_embed reads the semantic labels of the smallest size "
              f"({min(s['sizes']):,} records) at every size: the generator writes labels in proportion to the "
-             "corpus, a user's labels file does not grow with it.", "",
+             "corpus, a user's labels file does not grow with it. Sizes ran in this order: "
+             f"{', '.join(f'{n:,}' for n in s['sizes'])} (each row's load shows what else the machine was doing).",
+             "",
              f"- A sampler thread reads, every {s['sample_interval_s']} s, the memory of the stage's process "
              "(**driver**) and of every process below it, recursively (**workers**: the process pool's forkserver "
              "and its workers). A process's peak is its kernel high-water mark (VmHWM: the largest RSS it has had, "
@@ -370,7 +372,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
     lines += ["## Corpus", "",
               "| records | MB (uncompressed) | MB (gzip) | generated now: wall s | generator peak MB |",
               "| --- | --- | --- | --- | --- |"]
-    for n, c in r["corpus"].items():
+    for n, c in sorted(r["corpus"].items(), key=lambda item: int(item[0])):
         if "failed" in c:
             lines.append(f"| {int(n):,} | generator failed (status {c['failed']}) | - | {fmt(c['wall_s'], 1)} | "
                          f"{fmt_mb(c['max_process_peak_mb'])} |")
@@ -393,7 +395,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
         lines.append(f"- largest peak of any one process at {p['records']:,} records: **{fmt_mb(p['mb'])} MB** "
                      f"({p['stage']})")
     for stage in FULL_STAGES:
-        rows = [x for x in r["runs"] if x["stage"] == stage]
+        rows = sorted((x for x in r["runs"] if x["stage"] == stage), key=lambda x: x["records"])
         if not rows:
             continue
         lines += ["", f"## {stage}", "",
@@ -407,7 +409,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
                          f"{fmt_mb(x['tree_peak_mb'])} | "
                          f"{fmt_mb(x['work_peak_mb'])} | {fmt_mb(x.get('out_mb'))} | {fmt(x.get('kept'))} | "
                          f"{x['load_before']}/{x['load_after']} |")
-    dedup = [x for x in r["runs"] if x["stage"] == "clean" and x.get("dedup")]
+    dedup = sorted((x for x in r["runs"] if x["stage"] == "clean" and x.get("dedup")), key=lambda x: x["records"])
     if dedup:
         lines += ["", "### clean: the dedup phases", "",
                   "Keys written by the workers (one per candidate and LSH band, plus the exact key), hash-range "
@@ -439,7 +441,8 @@ def git(*argv: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="corpus sizes (records)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES),
+                        help="corpus sizes (records), run in the order given")
     parser.add_argument("--full-upto", type=int, default=384000,
                         help="run the stages after clean (through perplexity) on sizes up to this")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "data" / "bench_cache" / "scale",
@@ -462,11 +465,11 @@ def main() -> None:
         "machine": {**machine(Path("/proc/cpuinfo").read_text(encoding="utf-8")),
                     "memory_gb": round(psutil.virtual_memory().total / 1e9, 1), "python": platform.python_version(),
                     "load_start": [round(x, 2) for x in os.getloadavg()]},
-        "settings": {"sizes": sorted(set(args.sizes)), "full_upto": args.full_upto, "workers": args.workers,
+        "settings": {"sizes": list(dict.fromkeys(args.sizes)), "full_upto": args.full_upto, "workers": args.workers,
                      "sample_interval_s": SAMPLE_INTERVAL_S, "cache_dir": str(args.cache_dir)},
         "corpus": {}, "runs": []}
     started = time.perf_counter()
-    failed = [n for n in sorted(set(args.sizes)) if not run_size(params, n, args, results)]
+    failed = [n for n in dict.fromkeys(args.sizes) if not run_size(params, n, args, results)]  # in the order given
     results["wall_s"] = round(time.perf_counter() - started, 1)
     write_results(results, args.out)
     print("\n".join(markdown(results)))
