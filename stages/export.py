@@ -11,8 +11,9 @@ Outputs:
                                        loads with transformers as LlamaForCausalLM (the final pruned FP32 model)
     <out_dir>/samples.json             what `generate` prints for each of `sample_prompts`, FP32 and INT8 ONNX
     <metrics_path>                     per model: parameters, file bytes, latency, throughput, perplexity per
-                                       tier; parity (the INT8 check fails the stage); ratios between the
-                                       models (file size, latency, throughput, perplexity)
+                                       tier; parity and the x86 CPUs the INT8 file is exact on (both INT8
+                                       checks can fail the stage); ratios between the models (file size,
+                                       latency, throughput, perplexity)
     <plot_path>                        the same table as CSV (`dvc plots show`)
 
 `python -m stages.export generate --prompt "..."` samples text from the exported INT8 (or `--model`) ONNX.
@@ -36,6 +37,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from tqdm import tqdm
 
 from stages.common.compress.deployable import DeployLM
+from stages.common.compress.int8_pairs import PAIR_SUM_LIMIT, RULE, exact_on, int8_weight_pairs
 from stages.common.compress.onnx_runtime import (
     export_onnx,
     int8_kernels,
@@ -105,6 +107,9 @@ class Params:
     int8_parity_batches: int = param(4, min=1)
     int8_min_argmax_agreement: float = param(0.99, min=0.0, max=1.0)  # share of equal argmax, at least
     int8_max_relative_diff: float = param(0.05, gt=0.0)  # max |logit difference| / max |logit|, at most
+    # false: the stage fails when a pair of adjacent int8 weights can saturate the 16-bit sums of x86 integer
+    # kernels without VNNI (8-bit weights); true: publish such a model, exact on CPUs with VNNI or AMX only
+    int8_vnni_only: bool = False
     ort_dynamic_baseline: bool = True  # also measure onnxruntime's quantize_dynamic of the FP32 ONNX
     generate: GenerateParams = field(default_factory=GenerateParams)
     # continued by the FP32 and the INT8 model with `generate`'s settings: samples.json, the card and the report
@@ -172,6 +177,26 @@ def int8_parity(sess, reference: torch.nn.Module, params: Params, seq_len: int) 
             "parity.int8_positions": num_positions, "parity.int8_kernels": int8_kernels()}
 
 
+def check_int8_pairs(path: Path, params: Params) -> dict[str, Any]:
+    """Which x86 CPUs the INT8 file is exact on, from its weights (stages.common.compress.int8_pairs): a model
+    whose weight pairs can saturate the int16 sums of kernels without VNNI fails the export (nothing is
+    published) unless `int8_vnni_only` says it is meant for VNNI / AMX CPUs only."""
+    pairs = int8_weight_pairs(path)
+    over = sorted((p for p in pairs if not p.fits_int16), key=lambda p: -p.max_pair_sum)
+    if over and not params.int8_vnni_only:
+        named = ", ".join(f"{p.initializer} ({p.op_type} {p.node}: {p.max_pair_sum})" for p in over[:3])
+        raise RuntimeError(
+            f"INT8 ONNX model is exact only on CPUs with VNNI or AMX integer kernels: {len(over)} of {len(pairs)} "
+            f"int8 weight matrices hold adjacent weights of one sign with |w_a| + |w_b| > {PAIR_SUM_LIMIT}, e.g. "
+            f"{named}; AVX2 and AVX-512 kernels without VNNI need {RULE}. Quantize with "
+            "qat.scheme.weight_bits: 7, or set export.int8_vnni_only: true to publish a model that is exact only on "
+            "CPUs with VNNI or AMX")
+    if over:
+        log.warning("export: int8_vnni_only: the INT8 model is exact only on CPUs with VNNI or AMX integer kernels "
+                    "(largest adjacent weight pair %d > %d)", over[0].max_pair_sum, PAIR_SUM_LIMIT)
+    return {"int8.max_pair_sum": max((p.max_pair_sum for p in pairs), default=0), "int8.exact_on": exact_on(pairs)}
+
+
 def check_int8_parity(parity: dict[str, Any], params: Params) -> None:
     """Fail the export (nothing is published) when the INT8 model does not compute what it was trained as."""
     agree, rel = parity["parity.int8_argmax_agreement"], parity["parity.int8_relative_diff"]
@@ -180,8 +205,7 @@ def check_int8_parity(parity: dict[str, Any], params: Params) -> None:
             f"INT8 ONNX model disagrees with its fake-quant source on this CPU ({parity['parity.int8_kernels']} "
             f"integer kernels): argmax agreement {agree:.4f} (export.int8_min_argmax_agreement "
             f"{params.int8_min_argmax_agreement}), max logit difference {rel:.4f} of the largest logit "
-            f"(export.int8_max_relative_diff {params.int8_max_relative_diff}); on CPUs without VNNI only "
-            "qat.scheme.weight_bits: 7 is exact")
+            f"(export.int8_max_relative_diff {params.int8_max_relative_diff})")
 
 
 def measure(rows: dict[str, dict[str, Any]], params: Params, vocab_size: int, seq_len: int) -> None:
@@ -233,10 +257,11 @@ def run(params: Params) -> dict[str, Any]:
         log.info("export: FP32 ONNX written, max |logit difference| from torch %.2g", diff)
         qat = load_quantized(qat_dir / "qat")
         int8_path = export_int8(qat, onnx_dir / INT8_NAME, scratch)
+        metrics.update(check_int8_pairs(int8_path, params))
         metrics.update(int8_parity(session(int8_path, params.num_threads), qat, params, final.config.max_seq_len))
         check_int8_parity(metrics, params)
-        log.info("export: INT8 ONNX written and checked against its fake-quant model; exporting the other %d "
-                 "models of the chain for the comparison", len(steps) + 1)
+        log.info("export: INT8 ONNX written (exact on %s) and checked against its fake-quant model; exporting the "
+                 "other %d models of the chain for the comparison", metrics["int8.exact_on"], len(steps) + 1)
 
         # -- every model of the chain, for the report --
         rows: dict[str, dict[str, Any]] = {

@@ -1,6 +1,7 @@
 import copy
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -10,9 +11,11 @@ import yaml
 
 from stages import export, prune, qat
 from stages.common.compress.deployable import DeployLM
+from stages.common.compress.int8_pairs import EXACT_EVERYWHERE, EXACT_VNNI_ONLY
 from stages.common.compress.onnx_runtime import bound_forward, export_onnx, run_logits, session
 from stages.common.compress.pruning import magnitude_importance, select
 from stages.common.compress.pruning import prune as prune_model
+from stages.common.compress.quant import QuantScheme
 from stages.common.lm.hf import write_hf_folder
 from stages.common.lm.model import Transformer, preset
 from tests.conftest import load_bench
@@ -213,7 +216,52 @@ def test_an_int8_model_that_disagrees_with_its_source_fails_the_stage(chain, mon
     assert not list(root.glob(".export_bad.*"))  # no temp folder left behind
 
 
-def test_the_int8_check_is_recorded(chain):
-    _, _, metrics = chain
+def test_the_int8_checks_are_recorded(chain):
+    root, _, metrics = chain
     assert metrics["parity.int8_argmax_agreement"] >= 0.99 and metrics["parity.int8_relative_diff"] <= 0.05
     assert metrics["parity.int8_positions"] > 0 and metrics["parity.int8_kernels"]
+    # the default 7-bit weights: no adjacent pair above 63 + 63, exact without VNNI too
+    assert metrics["int8.exact_on"] == EXACT_EVERYWHERE and metrics["int8.max_pair_sum"] <= 2 * 63
+    card = (root / "export" / "hf" / "README.md").read_text()
+    assert f"Its integer matmuls are exact on {EXACT_EVERYWHERE}: " in card
+
+
+@pytest.fixture(scope="module")
+def qat_8_bit(chain):
+    """The chain's pruned model through the qat stage with full-range 8-bit weights (`qat.scheme.weight_bits:
+    8`), as a user who chose them gets it."""
+    root, params, _ = chain
+    qat_params = tiny_qat_params(root / "pruned", {"tokens": Path(params.tokens_dir)}, root / "w8")
+    qat.run(dataclasses.replace(qat_params, scheme=QuantScheme(weight_bits=8)))
+    return root / "w8" / "qat"
+
+
+def test_an_int8_model_whose_weights_saturate_cpus_without_vnni_fails_the_stage(chain, qat_8_bit):
+    """8-bit weights: adjacent pairs whose products can overflow the int16 sums of AVX2 kernels. The stage
+    fails before anything is published, naming the weights, whatever CPU it runs on."""
+    root, params, _ = chain
+    params = dataclasses.replace(params, qat_dir=str(qat_8_bit), out_dir=str(root / "export_w8"),
+                                 metrics_path=str(root / "w8.json"), detail_path=str(root / "w8.detail.json"))
+    named = r"e\.g\. \S+ \((MatMulIntegerToFloat|QGemm) \S+: \d{3}\)"  # an initializer, its node, its pair sum
+    with pytest.raises(RuntimeError, match=r"exact only on CPUs with VNNI or AMX integer kernels: \d+ of \d+ int8 "
+                                           r"weight matrices .* " + named) as e:
+        export.run(params)
+    message = str(e.value)
+    assert "\n" not in message and "255 x (|w_a| + |w_b|) <= 32,767" in message
+    assert "qat.scheme.weight_bits: 7" in message and "export.int8_vnni_only: true" in message
+    assert not (root / "export_w8").exists() and not (root / "w8.json").exists()
+    assert not list(root.glob(".export_w8.*"))  # no temp folder left behind
+
+
+def test_int8_vnni_only_publishes_the_8_bit_model_and_the_card_says_where_it_is_exact(chain, qat_8_bit):
+    root, params, _ = chain
+    # this CPU may lack VNNI, and the parity check runs on it: it is not what this test is about
+    params = dataclasses.replace(params, qat_dir=str(qat_8_bit), out_dir=str(root / "export_w8_vnni"),
+                                 metrics_path=str(root / "w8v.json"), detail_path=str(root / "w8v.detail.json"),
+                                 plot_path=str(root / "w8v.csv"), int8_vnni_only=True, int8_min_argmax_agreement=0.0,
+                                 int8_max_relative_diff=1e9)
+    metrics = export.run(params)
+    assert metrics["int8.exact_on"] == EXACT_VNNI_ONLY and metrics["int8.max_pair_sum"] > 128
+    card = (root / "export_w8_vnni" / "hf" / "README.md").read_text()
+    assert f"Its integer matmuls are exact on {EXACT_VNNI_ONLY}: " in card
+    assert f"is {metrics['int8.max_pair_sum']}." in card

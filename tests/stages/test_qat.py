@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from stages import qat
 from stages.common.compress.deployable import DeployLM
+from stages.common.compress.int8_pairs import EXACT_EVERYWHERE, EXACT_VNNI_ONLY, exact_on, int8_weight_pairs
 from stages.common.compress.onnx_runtime import (
     emulated_logits,
     export_onnx,
@@ -154,6 +155,17 @@ def test_8_bit_weights_saturate_the_avx2_kernels(tmp_path, qemu):
     path, ids, expected = int8_onnx(tmp_path, QuantScheme(weight_bits=8), 32)
     drift = np.abs(emulated_logits(path, ids, "Haswell") - expected).max() / np.abs(expected).max()
     assert drift > 0.05
+
+
+@pytest.mark.parametrize("bits", [7, 8])
+def test_the_pair_check_reads_every_integer_matmul_of_an_exported_file(tmp_path, bits):
+    """The optimised file's weights as the kernels see them: 7-bit weights fit the int16 pair sums of
+    kernels without VNNI (at most 63 + 63), full-range 8-bit ones do not."""
+    path, _, _ = int8_onnx(tmp_path, QuantScheme(weight_bits=bits), 32)
+    pairs = int8_weight_pairs(path)
+    assert collections.Counter(p.op_type for p in pairs) == {"MatMulIntegerToFloat": 2 * 4, "QGemm": 1}
+    assert all(p.max_pair_sum <= 126 for p in pairs) if bits == 7 else all(p.max_pair_sum > 128 for p in pairs)
+    assert exact_on(pairs) == (EXACT_EVERYWHERE if bits == 7 else EXACT_VNNI_ONLY)
 
 
 def test_run_writes_ptq_and_qat_and_qat_is_no_worse(inputs, tmp_path):

@@ -1,6 +1,7 @@
 """The model card (README.md of the exported Hugging Face folder): what the model is, the data it saw (the
-funnel from `data.read_funnel`), its validation perplexity per tier, the INT8 variant's size and speed, how
-to load it and generate, samples from both precisions, and its limits. Text in, text out."""
+funnel from `data.read_funnel`), its validation perplexity per tier, the INT8 variant's size and speed and
+the CPUs it is exact on, how to load it and generate, samples from both precisions, and its limits. Text in,
+text out."""
 from __future__ import annotations
 
 import json
@@ -33,6 +34,14 @@ def data_lines(funnel: dict[str, Any]) -> list[str]:
             "perplexity a reference LM gave each document (easy: the most predictable).", "",
             *_table(["tier", "language", "train docs", "train tokens", "validation docs"],
                     ["l", "l", "r", "r", "r"], splits)]
+
+
+def exactness(metrics: dict[str, Any]) -> str:
+    """Which CPUs the INT8 file computes exactly on, from the export stage's check of its int8 weights."""
+    return (f"Its integer matmuls are exact on {metrics['int8.exact_on']}: x86 integer kernels without VNNI or AMX "
+            "(AVX2, AVX-512 without VNNI) add each pair of uint8 x int8 products (weights w_a, w_b adjacent along "
+            "the inner dimension) into a saturating 16-bit integer, exact while 255 x (|w_a| + |w_b|) <= 32,767; "
+            f"this model's largest such |w_a| + |w_b| (same signs) is {metrics['int8.max_pair_sum']}.")
 
 
 def model_card(*, model: dict[str, Any], funnel: dict[str, Any], table: Sequence[dict[str, Any]],
@@ -72,7 +81,7 @@ def model_card(*, model: dict[str, Any], funnel: dict[str, Any], table: Sequence
              f"{metrics['ratio.int8_ppl_vs_fp32']:.3f}x. It was checked against the quantization-aware model it "
              f"was exported from on {metrics['parity.int8_positions']:,} validation positions "
              f"({metrics['parity.int8_kernels']} integer kernels): argmax agreement "
-             f"{metrics['parity.int8_argmax_agreement']:.4f}.", "",
+             f"{metrics['parity.int8_argmax_agreement']:.4f}. {exactness(metrics)}", "",
              "## Use", "",
              "Documents start after the end-of-text token, so a prompt is encoded with it in front:", "",
              "```python", "from transformers import AutoTokenizer, LlamaForCausalLM", "",
@@ -98,5 +107,6 @@ def model_card(*, model: dict[str, Any], funnel: dict[str, Any], table: Sequence
              "- The perplexities are on held-out documents of the same corpus, after the same filters: they compare "
              "the models of this chain with each other, not with models trained elsewhere.",
              "- The INT8 model exists as ONNX only; its speed and its agreement with the quantization-aware model "
-             "were measured on the CPU that ran the export stage.", ""]
+             "were measured on the CPU that ran the export stage; its integer matmuls are exact on "
+             f"{metrics['int8.exact_on']}.", ""]
     return "\n".join(lines)

@@ -29,4 +29,13 @@ def test_the_card_says_what_the_model_is_what_it_saw_how_good_and_how_to_use_it(
     assert "temperature=0.8, top_k=40" in card and "python -m stages.export generate --prompt The\n" in card
     assert "| '我们' | '我们的小镇' | '我们的河流' |" in card
     assert "## Limits" in card and "ONNX only" in card
+    # which CPUs the INT8 file is exact on, from the export stage's check of its weights
+    assert "Its integer matmuls are exact on every x86 CPU with AVX2 or later: " in card
+    assert "255 x (|w_a| + |w_b|) <= 32,767; this model's largest such |w_a| + |w_b| (same signs) is 126." in card
+    vnni_only = model_card(model=MODEL, funnel=funnel, table=export_table(),
+                           metrics={**export_metrics(), "int8.max_pair_sum": 254,
+                                    "int8.exact_on": "x86 CPUs with VNNI or AMX only"},
+                           timing={"num_threads": 1, "latency_seq_len": 16, "throughput_batch_size": 8},
+                           samples=SAMPLES, eos_token="<|endoftext|>")
+    assert "exact on x86 CPUs with VNNI or AMX only: " in vnni_only and "(same signs) is 254." in vnni_only
     assert "floor" not in card.lower() and not re.search(r"#\d|issue", card, re.IGNORECASE)
