@@ -89,7 +89,7 @@ def run_rev(rev: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]
     wall, status, starts = dvc(clone, ["repro", *([args.target] if args.target else [])], log_path)
     ends = [t for _, t in starts[1:]] + [wall]
     stages = {name: round(end - start, 1) for (name, start), end in zip(starts, ends)}
-    row: dict[str, Any] = {"rev": rev, "commit": commit, "subject": git("log", "-1", "--format=%s", commit),
+    row: dict[str, Any] = {"rev": rev, "commit": commit, "date": git("log", "-1", "--format=%cI", commit),
                            "returncode": status, "wall_s": round(wall, 1), "stages": stages,
                            "load_start": load_start}
     if status:
@@ -137,7 +137,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
               "| --- | --- | --- | --- | --- | --- |"]
     for run in runs:
         noop = ", ".join(f"{s:.2f}" for s in run.get("noop_s", [])) or "-"
-        lines.append(f"| {run['rev']} ({run['commit']}: {run['subject']}) | {run['returncode']} | {noop} | "
+        lines.append(f"| {run['rev']} ({run['commit']}, {run['date']}) | {run['returncode']} | {noop} | "
                      f"{', '.join(run.get('noop_reran', [])) or 'none'} | {run['load_start']} | {run['load_end']} |")
     return lines + [""]
 
