@@ -75,6 +75,10 @@ def test_the_page_holds_every_section_with_counts_that_add_up(page):
     assert "0.350" in page and "0.500" in page  # the semantic filter's thresholds per language
     assert page.count('<polyline') >= 6 and page.count("<svg") >= 11  # curves, histograms, funnel
     assert cells(page, "qat_int8")[0] == "int8" and "The river walks" in page and "我们的河流" in page
+    exact_on = cells(page, "x86 CPUs whose integer kernels compute the INT8 file exactly")
+    assert exact_on == ["int8.exact_on", "every x86 CPU with AVX2 or later"]
+    assert cells(page, html.escape("largest |w_a| + |w_b| of same-sign int8 weights adjacent along K "
+                                   "(<= 128: exact without VNNI)"))[-1] == "126"
 
 
 def test_the_curriculum_study_shows_under_training_only_when_its_results_are_there(page, tmp_path):

@@ -237,7 +237,7 @@ def compression(table: Sequence[dict[str, str]], export_metrics: dict[str, Any],
                 samples: dict[str, Any]) -> dict[str, Any]:
     """The export stage's table (one row per model: parameters, file size, latency, throughput, validation
     perplexity per tier) with each FP32 model's MLP width and heads from the prune stage, the ratios and
-    the INT8 parity check the export stage measured, and its FP32 / INT8 generation samples."""
+    the INT8 checks the export stage made (parity, the CPUs the file is exact on), and its FP32 / INT8 generation samples."""
     rows = []
     for row in table:
         source = "teacher" if row["model"] == "trained" else row["model"].removeprefix("prune_")
@@ -245,7 +245,7 @@ def compression(table: Sequence[dict[str, str]], export_metrics: dict[str, Any],
         rows.append({**{k: (v if k in ("model", "precision") else float(v)) for k, v in row.items()}, **shape})
     return {"rows": rows,
             "ratios": {k: v for k, v in sorted(export_metrics.items()) if k.startswith(("ratio.", "half_mlp."))},
-            "parity": {k: v for k, v in sorted(export_metrics.items()) if k.startswith("parity.")},
+            "parity": {k: v for k, v in sorted(export_metrics.items()) if k.startswith(("parity.", "int8."))},
             "latency_seq_len": export_metrics.get("latency_seq_len"), "samples": samples}
 
 

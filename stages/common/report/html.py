@@ -357,6 +357,8 @@ MEASUREMENTS = {
     "parity.int8_argmax_agreement": "INT8 against its fake-quant source: share of equal argmax",
     "parity.int8_relative_diff": "INT8 against its fake-quant source: largest logit difference / largest logit",
     "parity.int8_vs_fake_quant_max_abs_diff": "INT8 against its fake-quant source: largest logit difference",
+    "int8.exact_on": "x86 CPUs whose integer kernels compute the INT8 file exactly",
+    "int8.max_pair_sum": "largest |w_a| + |w_b| of same-sign int8 weights adjacent along K (<= 128: exact without VNNI)",
 }
 
 RENDERERS = {"summary": summary, "funnel": funnel_section, "drops": drops_section, "semantic": semantic_section,
