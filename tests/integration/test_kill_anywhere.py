@@ -57,12 +57,14 @@ def progress(work: Path) -> dict[str, tuple[int, int]] | None:
     if not work.exists():
         return None
     found = {}
-    for p in work.rglob("*"):
-        try:
-            stat = p.stat()
-        except FileNotFoundError:  # renamed or removed while listed
-            continue
-        found[str(p)] = (stat.st_size, stat.st_mtime_ns)
+    for folder, _, files in os.walk(work):  # a folder removed while walked is skipped, not an error
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:  # renamed or removed while listed
+                continue
+            found[path] = (stat.st_size, stat.st_mtime_ns)
     return found
 
 

@@ -21,8 +21,10 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    """dvc.yaml and params.yaml of the project (the stages are imported from the checkout)."""
-    for name in ("dvc.yaml", "params.yaml", "requirements.lock"):
+    """dvc.yaml and params.yaml of the project, and the curriculum study the report depends on (the stages
+    are imported from the checkout)."""
+    for name in ("dvc.yaml", "params.yaml", "requirements.lock", "bench/results/curriculum.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "stages", tmp_path / "stages", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
