@@ -70,10 +70,17 @@ def tree_size(path: str | Path) -> int:
     return total
 
 
-def high_water_mark(pid: int) -> int:
-    """The process's peak RSS so far, in bytes (VmHWM of /proc/<pid>/status; 0 once it is a zombie)."""
+def status_bytes(pid: int, *fields: str) -> list[int]:
+    """Fields of /proc/<pid>/status that are sizes in kB, in bytes (0 for one missing, e.g. once a zombie):
+    VmHWM, the peak RSS so far; RssAnon, the current private memory (heap, stacks), which excludes the
+    file-backed pages of memory-mapped files that RSS counts too."""
+    found = dict.fromkeys(fields, 0)
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in found:
+                found[name] = int(value.split()[0]) * 1024
+    return [found[name] for name in fields]
 
 
 @dataclass
@@ -81,6 +88,7 @@ class Seen:
     """One process of the tree: its peak RSS and CPU seconds as last read."""
     peak: int
     cpu_s: float
+    anon: int  # the largest RssAnon sampled (no kernel high-water mark exists for it)
     depth: int  # 0: the driver, 1: its child, ...
     command: str
 
@@ -119,12 +127,13 @@ class Sampler(threading.Thread):
         total = 0
         for proc in [self.driver, *children]:
             try:  # a process may end between the listing and these reads
-                rss, hwm, cpu = proc.memory_info().rss, high_water_mark(proc.pid), proc.cpu_times()
+                rss, cpu = proc.memory_info().rss, proc.cpu_times()
+                hwm, anon = status_bytes(proc.pid, "VmHWM", "RssAnon")
                 key = (proc.pid, proc.create_time())
-                seen = p.processes.get(key) or Seen(0, 0.0, self.depth(proc), " ".join(proc.cmdline())[:160])
+                seen = p.processes.get(key) or Seen(0, 0.0, 0, self.depth(proc), " ".join(proc.cmdline())[:160])
             except (psutil.NoSuchProcess, FileNotFoundError):
                 continue
-            seen.peak, seen.cpu_s = max(seen.peak, rss, hwm), cpu.user + cpu.system
+            seen.peak, seen.cpu_s, seen.anon = max(seen.peak, rss, hwm), cpu.user + cpu.system, max(seen.anon, anon)
             p.processes[key] = seen
             total += rss
         p.tree = max(p.tree, total)
@@ -152,7 +161,7 @@ def run_measured(command: list[str], log_path: Path, work_dir: str | None) -> di
         sampler.stop.set()
         sampler.join()
     p = sampler.peaks
-    driver = max((s for s in p.processes.values() if s.depth == 0), key=lambda s: s.peak, default=Seen(0, 0.0, 0, ""))
+    driver = max((s for s in p.processes.values() if s.depth == 0), key=lambda s: s.peak, default=Seen(0, 0.0, 0, 0, ""))
     worker = max((s for s in p.processes.values() if s.depth > 0), key=lambda s: s.peak, default=None)
     # Both are lower bounds of the tree's CPU time: the samples miss each process's last moments, wait4 the
     # descendants the driver did not reap itself (a forkserver's workers)
@@ -161,6 +170,9 @@ def run_measured(command: list[str], log_path: Path, work_dir: str | None) -> di
             "driver_peak_mb": round(driver.peak / MB, 1),
             "worker_peak_mb": round(worker.peak / MB, 1) if worker else None,
             "max_process_peak_mb": round(max(driver.peak, worker.peak if worker else 0) / MB, 1),
+            "driver_anon_peak_mb": round(driver.anon / MB, 1),
+            "max_worker_anon_peak_mb": round(max((s.anon for s in p.processes.values() if s.depth > 0),
+                                                 default=0) / MB, 1) if worker else None,
             "worker_peak_depth": worker.depth if worker else None,
             "worker_peak_command": worker.command if worker else None,
             "tree_peak_mb": round(p.tree / MB, 1),
@@ -319,6 +331,17 @@ def ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if top != base:
             out["throughput"][stage] = {"sizes": [top, base],
                                         "ratio": round(rows[top]["docs_per_s"] / rows[base]["docs_per_s"], 3)}
+    # every stage's peak at its largest size over its smallest: RSS, and private memory only
+    out["stage_peak_memory"] = {}
+    for stage in FULL_STAGES:
+        rows = {r["records"]: r for r in done if r["stage"] == stage}
+        if len(rows) > 1:
+            lo, hi = rows[min(rows)], rows[max(rows)]
+            anon = [max(x.get("driver_anon_peak_mb") or 0, x.get("max_worker_anon_peak_mb") or 0) for x in (hi, lo)]
+            out["stage_peak_memory"][stage] = {
+                "sizes": [max(rows), min(rows)],
+                "max_process_peak_mb": round(hi["max_process_peak_mb"] / lo["max_process_peak_mb"], 3),
+                "max_process_anon_peak_mb": round(anon[0] / anon[1], 3) if all(anon) else None}
     largest = max((r["records"] for r in runs), default=None)
     at_largest = [r for r in runs if r["records"] == largest]
     if at_largest:
@@ -360,7 +383,10 @@ def markdown(r: dict[str, Any]) -> list[str]:
              "so a spike between two samples counts), as last read before it ended. *driver peak* is the driver's, "
              "*largest worker peak* the highest of any one worker (- where the stage starts none), *tree peak* "
              "the largest sum of current RSS over the tree at one sample (forked workers share pages, so the sum "
-             "overstates what the tree holds).",
+             "overstates what the tree holds). *anon peak* is the largest private memory (RssAnon) sampled, for "
+             "the driver / the largest of any worker: RSS and its peak also count the file-backed pages of "
+             "memory-mapped files (token shards, Parquet columns), which the kernel can drop under pressure; "
+             "RssAnon cannot be dropped. It is sampled, so a spike shorter than the interval can be missed.",
              "- *work-folder peak* is the largest sum of file sizes under the stage's work_dir seen by the same "
              "sampler (clean, semantic_filter and perplexity have one; the stage removes it once it succeeds). "
              "*out MB* is the size of the stage's out_dir after it.",
@@ -390,6 +416,10 @@ def markdown(r: dict[str, Any]) -> list[str]:
     for stage, t in ra["throughput"].items():
         lines.append(f"- {stage} throughput (docs/s) at {t['sizes'][0]:,} / at {t['sizes'][1]:,} records: "
                      f"**{fmt(t['ratio'], 2)}x**")
+    for stage, m in ra.get("stage_peak_memory", {}).items():
+        lines.append(f"- {stage} peak of its largest process at {m['sizes'][0]:,} / at {m['sizes'][1]:,} records: "
+                     f"RSS **{fmt(m['max_process_peak_mb'], 2)}x**, private memory (RssAnon) "
+                     f"**{fmt(m['max_process_anon_peak_mb'], 2)}x**")
     if "max_process_peak_at_largest" in ra:
         p = ra["max_process_peak_at_largest"]
         lines.append(f"- largest peak of any one process at {p['records']:,} records: **{fmt_mb(p['mb'])} MB** "
@@ -399,13 +429,15 @@ def markdown(r: dict[str, Any]) -> list[str]:
         if not rows:
             continue
         lines += ["", f"## {stage}", "",
-                  "| records | wall s | CPU s | docs/s | driver peak MB | largest worker peak MB | tree peak MB | "
-                  "work-folder peak MB | out MB | kept | load before/after |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| records | wall s | CPU s | docs/s | driver peak MB | largest worker peak MB | "
+                  "anon peak MB (driver / worker) | tree peak MB | work-folder peak MB | out MB | kept | "
+                  "load before/after |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for x in rows:
             speed = f"failed (status {x['returncode']})" if x["returncode"] else fmt(x["docs_per_s"])
             lines.append(f"| {x['records']:,} | {fmt(x['wall_s'], 1)} | {fmt(x['cpu_s'], 1)} | {speed} | "
                          f"{fmt_mb(x['driver_peak_mb'])} | {fmt_mb(x['worker_peak_mb'])} | "
+                         f"{fmt_mb(x.get('driver_anon_peak_mb'))} / {fmt_mb(x.get('max_worker_anon_peak_mb'))} | "
                          f"{fmt_mb(x['tree_peak_mb'])} | "
                          f"{fmt_mb(x['work_peak_mb'])} | {fmt_mb(x.get('out_mb'))} | {fmt(x.get('kept'))} | "
                          f"{x['load_before']}/{x['load_after']} |")
