@@ -48,8 +48,10 @@ flows: install .dvc/config
 	$(BIN)/python -m flows.serve --port $(PREFECT_PORT)
 
 # One script per benchmark; each writes bench/results/<name>.{json,md}. Run on an otherwise idle machine.
+# Ends by listing the results files older than the code they measure (bench/_stale.py).
 bench: install
 	for name in $$(cd bench && ls [a-z]*.py | sed 's/\.py$$//'); do $(BIN)/python -m bench.$$name || exit 1; done
+	$(BIN)/python -m bench._stale
 
 # Re-resolve requirements.in into requirements.lock (needs the package index).
 lock:
