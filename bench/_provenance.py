@@ -49,13 +49,18 @@ def memory_gb() -> float | None:
 def stamp(bench: str, measures: tuple[str, ...] = DEFAULT_MEASURES) -> dict[str, Any]:
     """The provenance fields a results dict starts from (`bench`: the script's module name under bench/)."""
     cpuinfo = Path("/proc/cpuinfo")
-    changed = git("status", "--porcelain", "--", *measures, f"bench/{bench}.py").splitlines()
+    # -z: NUL-separated entries, names verbatim (each entry is two status letters, a space, the path)
+    status = subprocess.run(["git", "status", "--porcelain", "-z", "--", *measures, f"bench/{bench}.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    changed = [entry for entry in status.split("\0") if len(entry) > 3]
     return {"bench": bench,
             "command": " ".join([f"python -m bench.{bench}", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "commit": git("rev-parse", "--short", "HEAD"),
             "changed_files": [line[3:] for line in changed],  # porcelain: two status letters and a space
             "machine": {**machine(cpuinfo.read_text(encoding="utf-8") if cpuinfo.is_file() else ""),
+                        # cores: the machine's; usable_cores: those this process may run on (affinity, cgroups)
+                        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
                         "memory_gb": memory_gb(), "python": platform.python_version()},
             "load": {"start": load_average()}}
 
@@ -72,11 +77,13 @@ def header(results: dict[str, Any]) -> list[str]:
 
 
 def write(results: dict[str, Any], render: Callable[[dict[str, Any]], list[str]], name: str | None = None,
-          out: Path | None = None) -> Path:
-    """Record the load at the end, then write `results` as <out>.json and `render(results)` as <out>.md
-    (default out: bench/results/<name or bench>), each to a temp file renamed into place. Returns the .json
-    path."""
-    results.setdefault("load", {})["end"] = load_average()
+          out: Path | None = None, record_end: bool = True) -> Path:
+    """Record the load now as the load at the end (unless `record_end` is false: results rewritten later,
+    e.g. statistics recomputed from a finished run, keep the run's), then write `results` as <out>.json and
+    `render(results)` as <out>.md (default out: bench/results/<name or bench>), each to a temp file renamed
+    into place. Returns the .json path."""
+    if record_end:
+        results.setdefault("load", {})["end"] = load_average()
     out = out or RESULTS / (name or results["bench"])
     out.parent.mkdir(parents=True, exist_ok=True)
     for suffix, text in ((".json", json.dumps(results, indent=2, ensure_ascii=False, default=str) + "\n"),

@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from bench import _provenance
 from stages import clean
 from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import read_table
@@ -37,6 +38,8 @@ DEMO_LABELS = ROOT / "data" / "raw" / "demo_labels.jsonl"
 ANY_TAG_RE = re.compile(r"{}|</[a-zA-Z][\w-]*>|<[a-zA-Z][\w-]*\s+[\w-]+\s*=\s*[\"'][^<>]*>".format(HTML_TAG_RE.pattern),
                         re.I | re.S)
 KEEP_LANGS = ("zh", "en")
+# The stage, its text and runtime packages and its params; the demo corpus's generator decides the demo figures
+MEASURES = ("stages/clean.py", "stages/common/text", "stages/common/runtime", "stages/demo_corpus", "params.yaml")
 
 
 def run_clean(params: clean.Params, input_path: Path, workers: int | None) -> tuple[dict, dict[str, dict]]:
@@ -119,29 +122,8 @@ def demo_labels(labels_path: Path, corpus: Path, max_record_bytes: int) -> list[
     return labels
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=None, help="override clean.num_workers")
-    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
-    args = parser.parse_args()
-    params = load_section("clean", clean.Params, args.params)
-    results: dict[str, dict] = {"machine": {"cpus": clean.resolve_workers(0), "python": platform.python_version()}}
-    if DEMO.is_dir():
-        metrics, outcome = run_clean(params, DEMO, args.workers)
-        results["demo"] = {"metrics": metrics}
-        if DEMO_LABELS.is_file():
-            labels = demo_labels(DEMO_LABELS, DEMO, params.max_record_bytes)
-            results["demo"]["scores"] = score(labels, outcome, {"article", "long", "noisy", "html"})
-    else:
-        print(f"no demo corpus at {DEMO}: run `make demo` (or `dvc repro demo_corpus`) first", file=sys.stderr)
-    if DEVSET.is_file():
-        metrics, outcome = run_clean(params, DEVSET, args.workers)
-        results["devset"] = {"metrics": metrics,
-                             "scores": score(devset_labels(DEVSET), outcome, {"prose", "fortune", "manpage", "html"})}
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "clean.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    lines = ["# clean benchmark", "", f"machine: {results['machine']}", ""]
+def markdown(results: dict[str, Any]) -> list[str]:
+    lines = ["# clean benchmark", "", *_provenance.header(results)]
     for name in ("demo", "devset"):
         if name not in results:
             continue
@@ -154,8 +136,30 @@ def main() -> None:
         for key, value in results[name].get("scores", {}).items():
             lines.append(f"- {key}: {value:.4f}" if isinstance(value, float) else f"- {key}: {value}")
         lines.append("")
-    (out / "clean.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=None, help="override clean.num_workers")
+    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
+    args = parser.parse_args()
+    params = load_section("clean", clean.Params, args.params)
+    results: dict[str, Any] = _provenance.stamp("clean", MEASURES)
+    if DEMO.is_dir():
+        metrics, outcome = run_clean(params, DEMO, args.workers)
+        results["demo"] = {"metrics": metrics}
+        if DEMO_LABELS.is_file():
+            labels = demo_labels(DEMO_LABELS, DEMO, params.max_record_bytes)
+            results["demo"]["scores"] = score(labels, outcome, {"article", "long", "noisy", "html"})
+    else:
+        print(f"no demo corpus at {DEMO}: run `make demo` (or `dvc repro demo_corpus`) first", file=sys.stderr)
+    if DEVSET.is_file():
+        metrics, outcome = run_clean(params, DEVSET, args.workers)
+        results["devset"] = {"metrics": metrics,
+                             "scores": score(devset_labels(DEVSET), outcome, {"prose", "fortune", "manpage", "html"})}
+    _provenance.write(results, markdown)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

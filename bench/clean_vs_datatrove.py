@@ -26,7 +26,6 @@ import argparse
 import ctypes
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -34,9 +33,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from bench import _provenance
 from stages.common.runtime.executor import resolve_workers
 from stages.common.text.readers import Record, iter_raw, list_input_files, parse_raw
 
@@ -49,6 +50,9 @@ CORPORA = {"devset": ROOT.parent / "shared" / "devset" / "devset.jsonl", "demo":
 NUM_FILES = 8
 TARGET_RATIO = 4.0  # clean's documents/s over the baseline's, net of start-up, on every corpus
 TOOLS = ("clean", "datatrove")
+# clean as in bench/clean.py, and the baseline pipeline it races
+MEASURES = ("stages/clean.py", "stages/common/text", "stages/common/runtime", "stages/demo_corpus", "params.yaml",
+            "bench/_datatrove_baseline.py")
 
 
 def ensure_baseline_venv() -> Path:
@@ -138,12 +142,6 @@ def run_datatrove(python: Path, inputs: Path, run_dir: Path, workers: int) -> di
     return {"wall_s": wall, "cpu_s": cpu, "num_kept": num_kept}
 
 
-def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted(f for f in flags if f == "avx2" or f.startswith("avx512"))
-
-
 def summarise(records: int, num_bytes: int, runs: dict[str, list[dict]], startup: dict[str, dict]) -> dict:
     """Per tool: median wall, net (less the start-up) and CPU seconds, docs/s and MB/s on the median net
     time; per round: the ratio of documents/s (clean / datatrove) on that round's net times; and the ratio
@@ -181,6 +179,7 @@ def main() -> None:
     missing = [str(path) for path in corpora.values() if not path.exists()]
     if missing:
         sys.exit(f"missing input: {', '.join(missing)} (the demo corpus: `dvc repro demo_corpus`)")
+    stamp = _provenance.stamp("clean_vs_datatrove", MEASURES)
     sizes = {name: write_inputs(path, WORK / "inputs" / name) for name, path in corpora.items()}
     write_inputs(None, WORK / "inputs" / "empty")
     rounds = {"empty": args.rounds, **{name: args.demo_rounds if name == "demo" else args.rounds for name in corpora}}
@@ -204,29 +203,25 @@ def main() -> None:
     startup = {tool: {"wall_s": statistics.median(r["wall_s"] for r in runs["empty"][tool]),
                       "cpu_s": statistics.median(r["cpu_s"] for r in runs["empty"][tool])} for tool in TOOLS}
     results = {
-        "machine": {"cpus": workers, "python": platform.python_version(), "cpu_flags": cpu_flags(),
-                    "load_1min": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)},
-                    "process_tree_cpu_counted": counted},
+        **stamp,
+        "rounds_load_1min": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)},
+        "process_tree_cpu_counted": counted,
         "baseline": {"packages": list(BASELINE_PACKAGES), "workers": workers},
         "startup": startup,
         "corpora": {name: summarise(*sizes[name], runs[name], startup) for name in corpora},
         "target_ratio": TARGET_RATIO,
     }
     results["targets_met"] = {name: c["ratio"] >= TARGET_RATIO for name, c in results["corpora"].items()}
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "clean_vs_datatrove.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    lines = report(results)
-    (out / "clean_vs_datatrove.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    _provenance.write(results, report)
+    print("\n".join(report(results)))
 
 
-def report(results: dict) -> list[str]:
-    m = results["machine"]
-    lines = ["# clean vs datatrove, side by side", "",
-             (f"machine: {m['cpus']} cores, Python {m['python']}, CPU flags {' '.join(m['cpu_flags']) or 'none'}; "
-              f"load (1 min) around the runs: min {m['load_1min']['min']:.1f}, median {m['load_1min']['median']:.1f}, "
-              f"max {m['load_1min']['max']:.1f}"),
+def report(results: dict[str, Any]) -> list[str]:
+    load = results["rounds_load_1min"]
+    lines = ["# clean vs datatrove, side by side", "", *_provenance.header(results),
+             (f"Load (1 min) before each run: min {load['min']:.1f}, median {load['median']:.1f}, "
+              f"max {load['max']:.1f}; CPU time of orphaned pool workers counted: "
+              f"{'yes' if results['process_tree_cpu_counted'] else 'no'}."),
              f"baseline: {', '.join(results['baseline']['packages'])}, {results['baseline']['workers']} tasks",
              "",
              ("Fixed start-up (empty input, median): "

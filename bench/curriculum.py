@@ -43,10 +43,7 @@ import itertools
 import json
 import logging
 import math
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +54,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from bench import _provenance
 from stages import perplexity, train
 from stages.common.lm import bpe
 from stages.common.lm.scoring import assign_tiers, compute_cutoffs, score_documents
@@ -76,6 +74,12 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 BASELINE = "uniform"
 ALPHA = 0.05
+# The train stage and the perplexity stage's reference LMs it runs, and the stages that make what it reads
+# (data/perplexity, models/tokenizer, data/raw/demo_labels.jsonl)
+MEASURES = ("stages/train.py", "stages/perplexity.py", "stages/common/lm", "stages/common/training",
+            "stages/common/runtime", "stages/tokenizer.py", "stages/semantic_embed.py", "stages/semantic_head.py",
+            "stages/semantic_filter.py", "stages/common/semantic", "stages/clean.py", "stages/common/text",
+            "stages/demo_corpus", "params.yaml")
 log = logging.getLogger("refinery.bench.curriculum")
 
 
@@ -344,14 +348,6 @@ def tier_contents(docs: dict[str, np.ndarray], labels_path: Path, examples: int,
 
 
 # ---- the report ---------------------------------------------------------------------------------------
-def cpu_flags() -> list[str]:
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    return sorted(f for f in flags if f == "avx2" or f.startswith(("avx512", "amx")))
-
-
 def fmt_spread(s: dict[str, float] | None, digits: int = 3) -> str:
     if not s:
         return "-"
@@ -405,20 +401,17 @@ def fmt_p(p: float | None, digits: int = 3) -> str:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    c, setup, m = r["comparison"] or {"arms": {}, "target_loss": math.nan, "alpha": ALPHA, "baseline": BASELINE}, \
-        r["setup"], r["machine"]
+    c, setup = r["comparison"] or {"arms": {}, "target_loss": math.nan, "alpha": ALPHA, "baseline": BASELINE}, \
+        r["setup"]
     correction = c.get("correction") or {"num_tests": 0}
     holm_text = f"Holm-corrected over {correction['num_tests']} tests, alpha {c['alpha']}"
     stat = r.get("statistics")
-    provenance = (f"Training runs: `{r['command'].strip()}`, {r['date']}."
-                  + (f" Statistics recomputed from the stored runs by commit {stat['commit'].removesuffix('-dirty')}"
-                     + (" with uncommitted changes to bench/curriculum.py" if stat["commit"].endswith("-dirty") else "")
-                     + f" on {stat['date']} (`{stat['command'].strip()}`)." if stat else ""))
-    lines = ["# Does the curriculum help? (bench/curriculum.py)", "",
-             f"{provenance} Machine: {m['cpus']} cores, Python {m['python']}, torch {m['torch']}, "
-             f"CPU flags {' '.join(m['cpu_flags']) or 'none'}; load average {m['load_start']} at the start, "
-             f"{m['load_end']} at the end (shared with other jobs: wall times are inflated); study wall "
-             f"{r['wall_s'] / 60:.1f} min, CPU {r['cpu_s'] / 60:.1f} min."
+    restated = (f" Statistics recomputed from the stored runs by commit {stat['commit'].removesuffix('-dirty')}"
+                + (" with uncommitted changes to bench/curriculum.py" if stat["commit"].endswith("-dirty") else "")
+                + f" on {stat['date']} (`{stat['command'].strip()}`)." if stat else "")
+    lines = ["# Does the curriculum help? (bench/curriculum.py)", "", *_provenance.header(r),
+             f"Training runs with torch {r['machine']['torch']} (the machine is shared with other jobs: wall times "
+             f"are inflated); study wall {r['wall_s'] / 60:.1f} min, CPU {r['cpu_s'] / 60:.1f} min.{restated}"
              + ("" if r["complete"] else " **Partial results: the study was cut short.**"), "",
              "## Training arms", "",
              f"Model preset `{setup['preset']}` ({setup['num_params'] / 1e6:.2f}M parameters), "
@@ -559,10 +552,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.restat:
         restat(args.out)
-        print(f"rewrote {args.out.with_suffix('.json')} and .md with the statistics of the current code")
+        print(f"rewrote {args.out}.json and .md with the statistics of the current code")
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    started, cpu_started, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    stamp = _provenance.stamp("curriculum", MEASURES)
     params_file = read_params(args.params)
     base = params_file["train"]
     manifest = read_manifest(args.tokens_dir)
@@ -573,7 +567,7 @@ def main() -> None:
 
     def save(complete: bool) -> None:
         """The results so far, written whole after every run: a study cut short keeps what it measured."""
-        write_results(args, base, manifest, runs, stab, contents, started, cpu_started, load_start, complete)
+        write_results(args, stamp, base, manifest, runs, stab, contents, started, cpu_started, complete)
 
     with tempfile.TemporaryDirectory(prefix="curriculum-", dir=args.work_dir) as tmp:
         work = Path(tmp)
@@ -596,12 +590,12 @@ def main() -> None:
 
             stab = stability(args, params_file, work / "stability", docs, on_variant)
     save(True)
-    print(f"wrote {args.out.with_suffix('.json')} and .md ({(time.perf_counter() - started) / 60:.1f} min wall)")
+    print(f"wrote {args.out}.json and .md ({(time.perf_counter() - started) / 60:.1f} min wall)")
 
 
-def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict[str, Any],
+def write_results(args: argparse.Namespace, stamp: dict[str, Any], base: dict[str, Any], manifest: dict[str, Any],
                   runs: dict[str, list[dict[str, Any]]], stab: dict[str, Any] | None, contents: dict[str, Any] | None,
-                  started: float, cpu_started: float, load_start: tuple[float, ...], complete: bool) -> None:
+                  started: float, cpu_started: float, complete: bool) -> None:
     first = arm_params(base, args.arms[0], args.seeds[0], args.steps, args.tokens_dir, Path("unused"), args.threads,
                        args.eval_every, args.eval_windows)
     done = {arm: r for arm, r in runs.items() if r}
@@ -612,11 +606,9 @@ def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict
     train_windows = np.array([manifest["shards"][f"train/{t}"]["num_tokens"] - cfg.max_seq_len for t in TIERS])
     tokens_per_arm = args.steps * first.micro_batch_size * cfg.max_seq_len
     result = {
-        "command": "python -m bench.curriculum " + " ".join(sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "cpu_flags": cpu_flags(), "load_start": [round(x, 2) for x in load_start],
-                    "load_end": [round(x, 2) for x in os.getloadavg()]},
+        **stamp,
+        "machine": {**stamp["machine"], "torch": torch.__version__},
+        "load": dict(stamp["load"]),  # its own copy: every save records the load at its end
         "wall_s": round(time.perf_counter() - started, 1),
         "cpu_s": round(time.process_time() - cpu_started, 1),  # every thread of this process (no children)
         "setup": {"preset": first.preset, "num_params": Transformer(cfg).num_params(), "steps": args.steps,
@@ -634,32 +626,28 @@ def write_results(args: argparse.Namespace, base: dict[str, Any], manifest: dict
         "runs": done, "comparison": comparison, "stability": stab, "contents": contents,
     }
     result["limits"] = study_limits(result["setup"], done)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write(args.out, result)
-
-
-def write(out: Path, result: dict[str, Any]) -> None:
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    out.with_suffix(".md").write_text("\n".join(markdown(result)))
+    _provenance.write(result, markdown, out=args.out)
 
 
 def git_commit() -> str:
-    """HEAD's short hash, `-dirty` when bench/curriculum.py differs from it (the code that did the work)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "bench/curriculum.py"], cwd=ROOT).returncode
-    return head + ("-dirty" if changed else "")
+    """HEAD's short hash, `-dirty` when bench/curriculum.py differs from it (the code that did the statistics)."""
+    changed = _provenance.git("status", "--porcelain", "--", "bench/curriculum.py")
+    return _provenance.git("rev-parse", "--short", "HEAD") + ("-dirty" if changed else "")
 
 
 def restat(out: Path) -> None:
     """Recompute the statistics (and the limits text derived from the setup) from the runs stored in
     <out>.json with the current code; the runs, setup, machine, stability and contents stay as measured."""
-    result = json.loads(out.with_suffix(".json").read_text())
+    path = out.with_name(out.name + ".json")
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if "commit" not in result:
+        sys.exit(f"bench.curriculum: {path} records no commit (written before bench/_provenance.py): rerun the study "
+                 "instead of --restat")
     result["comparison"] = compare_arms(result["runs"]) if BASELINE in result["runs"] else {}
     result["limits"] = study_limits(result["setup"], result["runs"])
     result["statistics"] = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                             "command": "python -m bench.curriculum " + " ".join(sys.argv[1:])}
-    write(out, result)
+    _provenance.write(result, markdown, out=out, record_end=False)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Benchmark train -> prune -> qat -> export against its acceptance targets (the thresholds live here only).
+"""Benchmark train -> prune -> qat -> export against its targets (the thresholds live here only).
 
     python -m bench.export                        # train cpu_wide (300 steps), run the chain, measure (~40 min)
     python -m bench.export --preset cpu_small     # the same chain on another preset
@@ -41,16 +41,17 @@ import collections
 import dataclasses
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
 
+from bench import _provenance
 from stages import export, prune, qat, train
 from stages.common.compress.onnx_runtime import bound_forward, optimize_onnx, ort_token_nll, session, session_options
 from stages.common.lm.evaluation import tier_perplexity
@@ -59,12 +60,17 @@ from stages.common.lm.token_shards import open_tiers
 from stages.common.runtime.params import load_section
 
 ROOT = Path(__file__).resolve().parents[1]
-
-RESULTS = ROOT / "bench" / "results"
 # ratio key of `stages.export.ratios` -> (comparison, threshold)
 TARGETS = {"ratio.int8_file_vs_fp32": ("<=", 0.30), "ratio.int8_latency_vs_fp32_b1": ("<=", 0.40),
            "ratio.int8_ppl_vs_fp32": ("<=", 1.03), "ratio.qat_ppl_vs_ptq": ("<=", 1.0),
            "ratio.half_mlp_speedup": (">=", 1.25), "ratio.half_mlp_ppl": ("<=", 1.10)}
+# The chain it runs (train, prune, qat, export and their packages), and the stages that make the token shards and
+# tokenizer it trains on and the demo's export it also measures
+MEASURES = ("stages/train.py", "stages/prune.py", "stages/qat.py", "stages/export.py", "stages/common/compress",
+            "stages/common/lm", "stages/common/training", "stages/common/runtime", "stages/common/report/card.py",
+            "stages/common/report/data.py", "stages/perplexity.py", "stages/tokenizer.py", "stages/semantic_embed.py",
+            "stages/semantic_head.py", "stages/semantic_filter.py", "stages/common/semantic", "stages/clean.py",
+            "stages/common/text", "stages/demo_corpus", "params.yaml")
 
 
 def judge(ratios: dict[str, float]) -> dict[str, bool]:
@@ -269,11 +275,13 @@ def targets_markdown(d: dict, title: str) -> list[str]:
     return lines + [""]
 
 
-def write_markdown(result: dict, path: Path) -> None:
-    lines = ["# train / prune / qat / export benchmark", "", f"machine: {result['machine']}, onnxruntime "
-             f"{result['threads']} intra-op threads for every model", ""]
-    if "bench" in result:
-        b = result["bench"]
+def markdown(result: dict[str, Any]) -> list[str]:
+    m = result["machine"]
+    lines = ["# train / prune / qat / export benchmark", "", *_provenance.header(result),
+             f"torch {m['torch']}, onnxruntime {m['onnxruntime']} with {result['threads']} intra-op threads for every "
+             "model.", ""]
+    if "chain" in result:
+        b = result["chain"]
         s = b["stages"]["seconds"]
         lines += [f"## the chain on `{b['preset']}` ({b['train']['steps']} training steps, {result['stage_threads']} "
                   "torch threads)", "",
@@ -283,7 +291,7 @@ def write_markdown(result: dict, path: Path) -> None:
     if "demo" in result:
         lines += targets_markdown(result["demo"], f"the demo's export (`{result['demo_root']}`, its preset from "
                                                    "params.yaml)")
-    path.write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def main() -> None:
@@ -302,9 +310,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.stage_threads)
     tokens_dir = ROOT / "data/perplexity/tokens"
-    result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "torch": torch.__version__, "onnxruntime": ort.__version__},
-                    "threads": args.threads, "stage_threads": args.stage_threads}
+    stamp = _provenance.stamp("export", MEASURES)
+    result: dict[str, Any] = {**stamp, "machine": {**stamp["machine"], "torch": torch.__version__,
+                                                   "onnxruntime": ort.__version__},
+                              "threads": args.threads, "stage_threads": args.stage_threads}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -317,7 +326,7 @@ def main() -> None:
                 teacher, trained = train_teacher(args.preset, args.train_steps, work, args.stage_threads)
                 export_dir, stages = run_stages(str(teacher), work, args.stage_threads, args.threads)
                 chain.write_text(json.dumps([trained, stages], default=str))
-            result["bench"] = {"preset": args.preset, "train": trained, "stages": stages,
+            result["chain"] = {"preset": args.preset, "train": trained, "stages": stages,
                                "targets": measure_targets(export_dir, stages["metrics"]["export"], args.threads,
                                                        args.rounds, work, tokens_dir)}
         demo = Path(args.demo_root) if args.demo_root else None
@@ -326,10 +335,8 @@ def main() -> None:
             demo_metrics = json.loads((demo / "metrics/export.json").read_text())
             result["demo"] = measure_targets(demo / "models/export", demo_metrics,
                                           args.threads, args.rounds, work, demo / "data/perplexity/tokens")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "export.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    write_markdown(result, RESULTS / "export.md")
-    print((RESULTS / "export.md").read_text())
+    _provenance.write(result, markdown)
+    print("\n".join(markdown(result)))
 
 
 if __name__ == "__main__":

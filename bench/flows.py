@@ -1,7 +1,7 @@
 """Benchmark the Prefect flows against their targets.
 
     python -m bench.flows                 # tiny demo config (400 documents), every stage of dvc.yaml
-    python -m bench.flows --num-docs 24000 --no-tiny   # the full demo (slow on 2 cores)
+    python -m bench.flows --num-docs 24000 --no-tiny --name flows_full_demo   # the full demo (slow on 2 cores)
 
 In a temporary git + DVC copy of the committed project (git HEAD), with a private Prefect server on 127.0.0.1 and
 `python -m flows.serve` serving the deployments, as `make flows` does:
@@ -12,7 +12,7 @@ In a temporary git + DVC copy of the committed project (git HEAD), with a privat
    then plain `dvc repro`, the `pipeline` flow called in-process, and the `pipeline` deployment run
    from the API (workspace mode) are timed. Target: the flow, end to end, under 15 s.
 
-Results: bench/results/flows.json and flows.md.
+Results: bench/results/flows.json and flows.md (`--name flows_full_demo`: flows_full_demo.json and .md).
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
@@ -30,10 +29,12 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 OVERHEAD_TARGET_S = 15.0
+# The flows and the runtime they call, the pipeline they run, and the tiny settings the default run uses
+MEASURES = ("flows", "stages/common/runtime", "dvc.yaml", "params.yaml", "tests/flows/test_pipeline_real_chain.py")
 PIPELINE_FILES = ("stages", "dvc.yaml", "params.yaml", "requirements.lock", "flows/config.yaml", ".gitignore",
                   "bench/results/curriculum.json")  # the report's curriculum study
 
@@ -53,6 +54,7 @@ os.environ.update(PREFECT_API_URL=f"http://127.0.0.1:{PORT}/api", PREFECT_HOME=s
 
 import yaml  # noqa: E402 (after the Prefect settings above)
 
+from bench import _provenance  # noqa: E402 (after the Prefect settings above)
 from flows.commands import command_env, dvc  # noqa: E402 (after the Prefect settings above)
 from flows.config import WORKSPACE_ENV  # noqa: E402 (after the Prefect settings above)
 from flows.serve import CREDENTIALS_FILE, is_healthy, load_or_create_credentials, start_server  # noqa: E402 (after the Prefect settings above)
@@ -157,15 +159,13 @@ def overhead(repo: Path, repeats: int) -> dict:
             "overhead_vs_plain_dvc_s": round(statistics.median(flow_s) - statistics.median(plain), 2)}
 
 
-def write_results(results: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "flows.json").write_text(json.dumps(results, indent=2) + "\n")
+def markdown(results: dict[str, Any]) -> list[str]:
     ui, up = results["ui_run"], results["up_to_date"]
     median_flow = statistics.median(up["flow_in_process_s"])
-    lines = [
-        "# Prefect flows", "",
-        f"Machine: {results['machine']}; demo corpus {results['num_docs']} documents"
-        f"{' (tiny stage settings)' if results['tiny'] else ''}; {ui['num_stages']} DVC stages.", "",
+    return [
+        "# Prefect flows", "", *_provenance.header(results),
+        f"Demo corpus {results['num_docs']} documents{' (tiny stage settings)' if results['tiny'] else ''}; "
+        f"{ui['num_stages']} DVC stages; the pipeline as committed (git HEAD).", "",
         "| check | measured | target | ok |", "|---|---|---|---|",
         f"| pipeline flow, every stage up to date, end to end (median of {len(up['flow_in_process_s'])}) "
         f"| {median_flow:.1f} s | < {OVERHEAD_TARGET_S:.0f} s | {'yes' if median_flow < OVERHEAD_TARGET_S else 'NO'} |",
@@ -183,7 +183,6 @@ def write_results(results: dict) -> None:
         f"process's poll (PREFECT_RUNNER_POLL_FREQUENCY) and the rest start a fresh Python for the run",
         "", f"Metrics files in the experiment: {', '.join(ui['metrics_files'])}", "",
     ]
-    (RESULTS / "flows.md").write_text("\n".join(lines))
 
 
 def main() -> None:
@@ -192,7 +191,10 @@ def main() -> None:
     parser.add_argument("--no-tiny", dest="tiny", action="store_false", help="params.yaml's stage settings")
     parser.add_argument("--override", default="perplexity.reference.steps=30")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--name", default="flows", choices=("flows", "flows_full_demo"),
+                        help="results file name under bench/results (flows_full_demo: the full demo's run)")
     args = parser.parse_args()
+    stamp = _provenance.stamp("flows", MEASURES)
     auth, _ = load_or_create_credentials(PREFECT_HOME / CREDENTIALS_FILE)
     os.environ["PREFECT_API_AUTH_STRING"] = auth  # this process's client; flows.serve --attach reads it too
     server = start_server(PORT, auth)
@@ -204,8 +206,7 @@ def main() -> None:
             serve = subprocess.Popen([sys.executable, "-m", "flows.serve", "--attach", "--port", str(PORT), "--workspace",
                                       str(repo)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_for_deployments(serve)
-            results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "num_docs": args.num_docs,
-                       "tiny": args.tiny, "ui_run": ui_run(repo, args.override),
+            results = {**stamp, "num_docs": args.num_docs, "tiny": args.tiny, "ui_run": ui_run(repo, args.override),
                        "up_to_date": overhead(repo, args.repeats)}
         finally:
             if serve is not None:
@@ -214,8 +215,8 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=60)
             shutil.rmtree(PREFECT_HOME, ignore_errors=True)
-    write_results(results)
-    print((RESULTS / "flows.md").read_text())
+    _provenance.write(results, markdown, name=args.name)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

@@ -31,31 +31,37 @@ import argparse
 import copy
 import json
 import math
-import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 
+from bench import _provenance
 from bench.export import round_robin, train_teacher
 from stages import export, qat
 from stages.common.compress.deployable import DeployLM
-from stages.common.compress.onnx_runtime import cpu_flags, emulated_logits, int8_kernels, run_logits, session
+from stages.common.compress.onnx_runtime import emulated_logits, int8_kernels, run_logits, session
 from stages.common.compress.quant import QuantScheme
 from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint
 from stages.common.lm.token_shards import open_tiers
 from stages.common.runtime.params import load_section
 
 ROOT = Path(__file__).resolve().parents[1]
-
-RESULTS = ROOT / "bench" / "results"
 SCHEMES = {"u8s8_w8": QuantScheme(weight_bits=8), "s8s8_w8": QuantScheme(weight_bits=8, activation_symmetric=True),
            "u8s8_w7": QuantScheme(weight_bits=7), "s8s8_w7": QuantScheme(weight_bits=7, activation_symmetric=True)}
 TARGETS = {"argmax_agreement": 0.99, "ppl_ratio": 1.03}
+# qat's calibration, export's ONNX writers, the cpu_wide teacher (bench/export.py's timing and training), and the
+# stages that make the demo's pruned model and the token shards it is measured on
+MEASURES = ("bench/export.py", "stages/qat.py", "stages/export.py", "stages/train.py", "stages/prune.py",
+            "stages/common/compress", "stages/common/lm", "stages/common/training", "stages/common/runtime",
+            "stages/perplexity.py", "stages/tokenizer.py", "stages/semantic_embed.py", "stages/semantic_head.py",
+            "stages/semantic_filter.py", "stages/common/semantic", "stages/clean.py", "stages/common/text",
+            "stages/demo_corpus", "params.yaml")
 
 
 def val_windows(tokens_dir: str, seq_len: int, batch_size: int, max_batches: int) -> list[torch.Tensor]:
@@ -146,11 +152,12 @@ def measure_model(name: str, model_file: Path, work: Path, args: argparse.Namesp
             "val_windows": len(windows), "emulated_positions": sum(w[:, 1:].numel() for w in emulated), "seq_len": seq_len, "rows": rows}
 
 
-def write_markdown(result: dict, path: Path) -> None:
-    lines = ["# INT8 schemes: this CPU and an emulated AVX2 CPU without VNNI", "",
-             f"machine: {result['machine']}", "",
-             f"CPU flags (int8-relevant): {' '.join(result['cpu_flags'])}; onnxruntime's integer kernels here: "
-             f"**{result['int8_kernels']}**; emulated: `qemu-x86_64 -cpu Haswell` (AVX2, no VNNI)", "",
+def markdown(result: dict[str, Any]) -> list[str]:
+    m = result["machine"]
+    lines = ["# INT8 schemes: this CPU and an emulated AVX2 CPU without VNNI", "", *_provenance.header(result),
+             f"torch {m['torch']}, onnxruntime {m['onnxruntime']} with {result['threads']} threads; onnxruntime's "
+             f"integer kernels here: **{result['int8_kernels']}**; emulated: `qemu-x86_64 -cpu Haswell` (AVX2, no "
+             "VNNI)", "",
              f"targets (any x86 CPU): INT8 vs fake-quant argmax agreement >= {TARGETS['argmax_agreement']}, INT8 "
              f"validation perplexity <= {TARGETS['ppl_ratio']}x FP32", ""]
     for name, m in result["models"].items():
@@ -172,7 +179,7 @@ def write_markdown(result: dict, path: Path) -> None:
                          f"| {e.get('ppl_ratio', float('nan')):.4f} | {e.get('max_diff_vs_native', float('nan')):.3g} "
                          f"| {'PASS' if ok else 'FAIL'} |")
         lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
+    return lines
 
 
 def main() -> None:
@@ -188,6 +195,7 @@ def main() -> None:
     parser.add_argument("--no-emulate", dest="emulate", action="store_false")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    stamp = _provenance.stamp("int8_schemes", MEASURES)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="refinery-int8-"))
     models = {}
     if args.demo_model.is_file():
@@ -197,15 +205,10 @@ def main() -> None:
         if not teacher.is_file():
             train_teacher("cpu_wide", args.wide_steps, work, args.threads)
         models[f"cpu_wide ({args.wide_steps} training steps)"] = measure_model("cpu_wide", teacher, work, args)
-    flags = sorted(f for f in cpu_flags() if f.startswith(("avx2", "avx512", "avx_vnni", "amx")))
-    result = {"machine": {"cpus": torch.get_num_threads(), "python": platform.python_version(),
-                          "torch": torch.__version__, "onnxruntime": ort.__version__,
-                          "cpu": platform.processor() or platform.machine()},
-              "cpu_flags": flags, "int8_kernels": int8_kernels(), "targets": TARGETS, "models": models}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "int8_schemes.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    write_markdown(result, RESULTS / "int8_schemes.md")
-    print((RESULTS / "int8_schemes.md").read_text())
+    result = {**stamp, "machine": {**stamp["machine"], "torch": torch.__version__, "onnxruntime": ort.__version__},
+              "threads": args.threads, "int8_kernels": int8_kernels(), "targets": TARGETS, "models": models}
+    _provenance.write(result, markdown)
+    print("\n".join(markdown(result)))
 
 
 if __name__ == "__main__":

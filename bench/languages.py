@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
-import re
-import subprocess
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from bench import _provenance
 from bench.clean import DEVSET, ROOT, devset_labels, run_clean
 from bench.clean import score as score_zh_en
 from stages import clean
@@ -36,6 +35,8 @@ MIN_SHORT_CHARS = 100  # a wider look: most fortunes are shorter than 200 charac
 TARGET_MIN_DOCS = 25
 TARGET_LANGID = 0.95
 TARGET_KEPT = 0.90
+# The stage, its text and runtime packages and its params (on the devset only), and bench/clean.py's scoring
+MEASURES = ("stages/clean.py", "stages/common/text", "stages/common/runtime", "params.yaml", "bench/clean.py")
 
 
 # What the dropped documents behind the shortfalls are (read off the quarantine when these results were made).
@@ -51,11 +52,6 @@ ANALYSIS = [
     "Language ID is >= 0.95 for every language; its misses are a French man page that is mostly English "
     "(en), an English-only IRC line in the Polish fortunes (en) and a one-line Portuguese quote (es).",
 ]
-
-
-def cpu_flags() -> list[str]:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    return sorted(set(re.findall(r"avx512[a-z_]*|avx2", text)))
 
 
 def score(rows: list[dict], outcome: dict[str, dict]) -> dict[str, dict]:
@@ -111,48 +107,16 @@ def fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
-    parser.add_argument("--workers", type=int, default=1)
-    args = parser.parse_args()
-    if not DEVSET.is_file():
-        sys.exit(f"no devset at {DEVSET}")
-    rows = [json.loads(line) for line in DEVSET.open(encoding="utf-8")]
-    languages = tuple(sorted({r["lang"] for r in rows}))
-    params = dataclasses.replace(load_section("clean", clean.Params, args.params), languages=languages)
-    with tempfile.TemporaryDirectory() as tmp:
-        ids_texts = Path(tmp) / "devset.jsonl"  # the answers stay out of the stage's input
-        ids_texts.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n"
-                                     for r in rows), encoding="utf-8")
-        metrics, outcome = run_clean(params, ids_texts, args.workers)
-        # bench/clean.py's zh/en scores with params.yaml's own languages, side by side
-        _, zh_en_outcome = run_clean(load_section("clean", clean.Params, args.params), ids_texts, args.workers)
-    zh_en = score_zh_en(devset_labels(DEVSET), zh_en_outcome, {"prose", "fortune", "manpage", "html"})
-    per_lang = score(rows, outcome)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    results = {
-        "machine": {"cpus": clean.resolve_workers(0), "cpu_flags": cpu_flags(), "python": platform.python_version()},
-        "commit": commit.strip(),
-        "languages": list(languages),
-        "docs_per_s": metrics["docs_per_s"],
-        "targets": {"min_docs": TARGET_MIN_DOCS, "langid_accuracy": TARGET_LANGID, "kept_share": TARGET_KEPT},
-        "per_language": per_lang,
-        "shortfalls": shortfalls(per_lang),
-        "zh_en_scores": zh_en,
-    }
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "languages.json").write_text(json.dumps(results, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    lines = ["# clean: every devset language", "",
-             f"machine: {results['machine']}; commit {results['commit']}; clean.languages = {list(languages)}", "",
+def markdown(results: dict[str, Any]) -> list[str]:
+    lines = ["# clean: every devset language", "", *_provenance.header(results),
+             f"clean.languages = {results['languages']}", "",
              f"Targets (languages with >= {TARGET_MIN_DOCS} docs of >= {MIN_LANGID_CHARS} chars): language ID >= "
              f"{TARGET_LANGID}, kept >= {TARGET_KEPT:.0%} of the eligible docs (>= {MIN_ELIGIBLE_CHARS} chars, not "
              "boilerplate, not a duplicate).", "",
              "| lang | docs | langid docs | langid acc | answered instead | eligible | kept | of which as a duplicate "
              f"| kept share | drop reasons (eligible) | targeted | >= {MIN_SHORT_CHARS} chars: docs | kept share |",
              "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
-    for lang, s in per_lang.items():
+    for lang, s in results["per_language"].items():
         lines.append(f"| {lang} | {s['docs']} | {s['langid_docs']} | {fmt(s['langid_accuracy'])} | "
                      f"{', '.join(f'{k} {v}' for k, v in s['langid_confusions'].items()) or '-'} | {s['eligible']} | "
                      f"{s['kept']} | {s['kept_as_duplicate']} | {fmt(s['kept_share'])} | "
@@ -165,9 +129,41 @@ def main() -> None:
     lines += ["", "Most of these languages are fortunes shorter than 200 characters, so their eligible sets are a "
               "handful of documents and one drop moves the share by 12 to 100 points: read the >= 100 chars "
               "columns alongside.", "", "## zh/en with params.yaml's languages (bench/clean.py's devset scores)", ""]
-    lines += [f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in zh_en.items()]
-    (out / "languages.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += [f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in results["zh_en_scores"].items()]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    if not DEVSET.is_file():
+        sys.exit(f"no devset at {DEVSET}")
+    stamp = _provenance.stamp("languages", MEASURES)
+    rows = [json.loads(line) for line in DEVSET.open(encoding="utf-8")]
+    languages = tuple(sorted({r["lang"] for r in rows}))
+    params = dataclasses.replace(load_section("clean", clean.Params, args.params), languages=languages)
+    with tempfile.TemporaryDirectory() as tmp:
+        ids_texts = Path(tmp) / "devset.jsonl"  # the answers stay out of the stage's input
+        ids_texts.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}, ensure_ascii=False) + "\n"
+                                     for r in rows), encoding="utf-8")
+        metrics, outcome = run_clean(params, ids_texts, args.workers)
+        # bench/clean.py's zh/en scores with params.yaml's own languages, side by side
+        _, zh_en_outcome = run_clean(load_section("clean", clean.Params, args.params), ids_texts, args.workers)
+    zh_en = score_zh_en(devset_labels(DEVSET), zh_en_outcome, {"prose", "fortune", "manpage", "html"})
+    per_lang = score(rows, outcome)
+    results = {
+        **stamp,
+        "languages": list(languages),
+        "docs_per_s": metrics["docs_per_s"],
+        "targets": {"min_docs": TARGET_MIN_DOCS, "langid_accuracy": TARGET_LANGID, "kept_share": TARGET_KEPT},
+        "per_language": per_lang,
+        "shortfalls": shortfalls(per_lang),
+        "zh_en_scores": zh_en,
+    }
+    _provenance.write(results, markdown)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

@@ -24,15 +24,16 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from bench import _provenance
 from stages import perplexity, tokenizer
 from stages.common.lm import bpe
 from stages.common.lm.model import Transformer, preset
@@ -44,11 +45,13 @@ from stages.common.runtime.parquet import read_table
 from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 
 ROOT = Path(__file__).resolve().parents[1]
-
-RESULTS = ROOT / "bench" / "results"
 SCORING_TARGET = 20_000
 READER_TARGET = 100
 TIER_TARGET = 2.0
+# The tokenizer and perplexity stages and their packages, and the stages that make the documents they read
+MEASURES = ("stages/tokenizer.py", "stages/perplexity.py", "stages/common/lm", "stages/common/training",
+            "stages/common/runtime", "stages/semantic_embed.py", "stages/semantic_head.py", "stages/semantic_filter.py",
+            "stages/common/semantic", "stages/clean.py", "stages/common/text", "stages/demo_corpus", "params.yaml")
 
 
 def repeat(fn, repeats: int) -> list[float]:
@@ -169,8 +172,8 @@ def bench_stages(tok_params: tokenizer.Params, params: perplexity.Params) -> dic
     }
 
 
-def write_markdown(results: dict, path: Path) -> None:
-    lines = ["# perplexity benchmark", "", f"machine: {results['machine']}", ""]
+def markdown(results: dict[str, Any]) -> list[str]:
+    lines = ["# perplexity benchmark", "", *_provenance.header(results), f"torch {results['machine']['torch']}.", ""]
     s = results["scoring"]
     lines += ["## scoring (target: >= 20,000 tokens/s on 2 cores)", "",
               f"- model `{s['preset']}` ({s['num_params'] / 1e6:.2f}M params, vocab {s['vocab_size']}), "
@@ -196,7 +199,7 @@ def write_markdown(results: dict, path: Path) -> None:
                   f"- hard/easy mean perplexity: **{st['hard_easy_ratio']}** {'PASS' if st['pass'] else 'FAIL'}",
                   f"- mean perplexity per tier: {st['mean_perplexity']}",
                   f"- documents per tier: {st['docs_per_tier']}", ""]
-    path.write_text("\n".join(lines))
+    return lines
 
 
 def main() -> None:
@@ -207,8 +210,8 @@ def main() -> None:
     os.chdir(ROOT)
     tok_params = load_section("tokenizer", tokenizer.Params)
     params = load_section("perplexity", perplexity.Params)
-    results: dict = {"machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-                                 "torch": torch.__version__}}
+    stamp = _provenance.stamp("perplexity", MEASURES)
+    results: dict[str, Any] = {**stamp, "machine": {**stamp["machine"], "torch": torch.__version__}}
     results["scoring"] = bench_scoring(params, tok_params, args.repeats)
     print(json.dumps(results["scoring"]), flush=True)
     results["reader"] = bench_reader(params, tok_params, args.repeats)
@@ -216,9 +219,7 @@ def main() -> None:
     if not args.skip_stages:
         results["stages"] = bench_stages(tok_params, params)
         print(json.dumps(results["stages"]), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "perplexity.json").write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(results, RESULTS / "perplexity.md")
+    _provenance.write(results, markdown)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import argparse
 import base64
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -26,13 +25,16 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+from bench import _provenance
 from stages.common.report import browser
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 IMAGE = ROOT / "docs" / "img" / "prefect-run.png"
 CREDENTIALS_FILE = "refinery-server-auth"  # flows/serve.py keeps the server's credentials there
+# The flows and their server, the runtime they call and the pipeline they check (every stage up to date)
+MEASURES = ("flows", "stages/common/runtime", "dvc.yaml", "params.yaml")
 
 
 def free_port() -> int:
@@ -141,12 +143,21 @@ def screenshot(ui_url: str, auth: str, flow_run_id: str, out: Path) -> None:
         raise RuntimeError(f"{out}: the screenshot is blank")
 
 
+def markdown(result: dict[str, Any]) -> list[str]:
+    return ["# A UI-style `pipeline` run on the finished workspace", "", *_provenance.header(result),
+            f"Run `{result['flow_run_name']}` ended {result['state']} in {result['seconds_from_creation_to_end']} s "
+            f"from creation to end (Prefect's 2 s poll and a new process included); the flow logged "
+            f"{'; '.join(result['dvc_status_said'])!r} and ran {result['stage_commands_run']} stage command(s); "
+            f"listed by `dvc exp show`: {'yes' if result['listed_by_dvc_exp_show'] else 'no'}."]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", type=Path, default=ROOT)
     parser.add_argument("--out", type=Path, default=IMAGE)
     parser.add_argument("--no-screenshot", action="store_true")
     args = parser.parse_args()
+    stamp = _provenance.stamp("prefect_screenshot", MEASURES)
     home = Path(tempfile.mkdtemp(prefix="refinery-prefect-"))
     port = free_port()
     env = {**os.environ, "PREFECT_HOME": str(home), "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1"}
@@ -161,7 +172,8 @@ def main() -> None:
         credentials = home / CREDENTIALS_FILE
         auth = wait_for(lambda: credentials.is_file() and credentials.read_text().strip(), 120, "the credentials")
         wait_for(lambda: healthy(api_url, auth), 180, "the server")
-        result = ui_run(api_url, auth, args.workspace.resolve())
+        workspace = args.workspace.resolve()
+        result = {**stamp, "workspace": str(workspace), **ui_run(api_url, auth, workspace)}
         if not args.no_screenshot:
             screenshot(ui_url, auth, result["flow_run_id"], args.out)
             result["screenshot"] = str(args.out.relative_to(ROOT)) if args.out.is_relative_to(ROOT) else str(args.out)
@@ -172,16 +184,7 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
         log.close()
-    result["machine"] = {"cpu_count": os.cpu_count(), "platform": platform.platform()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "prefect_ui_run.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (RESULTS / "prefect_ui_run.md").write_text(
-        "# A UI-style `pipeline` run on the finished workspace\n\n"
-        f"`python -m bench.prefect_screenshot`: run `{result['flow_run_name']}` ended {result['state']} in "
-        f"{result['seconds_from_creation_to_end']} s from creation to end (Prefect's 2 s poll and a new process "
-        f"included); the flow logged {'; '.join(result['dvc_status_said'])!r} and ran "
-        f"{result['stage_commands_run']} stage command(s); listed by "
-        f"`dvc exp show`: {'yes' if result['listed_by_dvc_exp_show'] else 'no'}.\n", encoding="utf-8")
+    _provenance.write(result, markdown, name="prefect_ui_run")
     print(json.dumps(result, indent=2))
     shutil.rmtree(home, ignore_errors=True)
 

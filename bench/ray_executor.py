@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -26,7 +25,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from bench import _provenance
 from stages import clean
 from stages.common.runtime.executor import init_ray
 from stages.common.runtime.params import load_section
@@ -36,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DEMO = ROOT / "data" / "raw" / "demo"
 COUNT_PREFIXES = ("num_read", "num_kept", "num_quarantined", "dropped.", "kept.")
+# The stage and its packages (the executors live in the runtime), its params and the demo corpus's generator
+MEASURES = ("stages/clean.py", "stages/common/text", "stages/common/runtime", "stages/demo_corpus", "params.yaml")
 
 
 def demo_corpus(tmp: Path) -> Path:
@@ -70,6 +73,28 @@ def counts(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if k.startswith(COUNT_PREFIXES)}
 
 
+def markdown(results: dict[str, Any]) -> list[str]:
+    d, corpus, settings = results["docs_per_s"], results["corpus"], results["settings"]
+    lines = ["# clean: Ray executor vs local executor", "", *_provenance.header(results),
+             f"- demo corpus: {corpus['records']} records, {corpus['input_mb']} MB, "
+             f"{corpus['num_shards']} shards of {settings['batch_size']} records, {settings['workers']} workers",
+             f"- identical outputs (docs, quarantine, counts) in every run: **{results['identical']}**",
+             f"- local: best **{d['local_best']:.0f} docs/s**, median {d['local_median']:.0f}",
+             f"- Ray (cluster running): best **{d['ray_best']:.0f} docs/s**, median {d['ray_median']:.0f}",
+             f"- Ray / local: **{results['ratio_best']:.2f}x** (best), {results['ratio_median']:.2f}x (median); "
+             "target 0.8x",
+             f"- Ray with the stage starting its own local cluster (address \"\"): {d['ray_with_own_cluster']:.0f} "
+             f"docs/s; ray.init alone {results['cluster_start_seconds']:.1f} s",
+             "", "| round | local s | local docs/s | ray s | ray docs/s | load (1 min) before/after |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for i, (lm, rm) in enumerate(zip(results["rounds"]["local"], results["rounds"]["ray"]), start=1):
+        lines.append(f"| {i} | {lm['seconds']:.2f} | {lm['docs_per_s']:.0f} | {rm['seconds']:.2f} | "
+                     f"{rm['docs_per_s']:.0f} | {lm['load_before']:.1f}/{lm['load_after']:.1f}, "
+                     f"{rm['load_before']:.1f}/{rm['load_after']:.1f} |")
+    lines.append("")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -77,6 +102,7 @@ def main() -> None:
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     args = parser.parse_args()
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    stamp = _provenance.stamp("ray_executor", MEASURES)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         params = dataclasses.replace(load_section("clean", clean.Params, args.params), input=str(demo_corpus(tmp)),
@@ -103,8 +129,8 @@ def main() -> None:
     identical = (len(digests["local"]) == 1 and digests["local"] == digests["ray"]
                  and all(counts(m) == counts(local[0]) for m in local + on_ray + [cold]))
     results = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "workers": args.workers,
-                    "batch_size": params.batch_size},
+        **stamp,
+        "settings": {"workers": args.workers, "batch_size": params.batch_size},
         "corpus": {"records": local[0]["num_read"], "input_mb": round(local[0]["input_mb"], 2),
                    "num_shards": local[0]["num_shards"]},
         "identical": identical,
@@ -120,30 +146,8 @@ def main() -> None:
                           for m in ms] for name, ms in runs.items()},
         "targets": {"identical": identical, "throughput_ratio_at_least_0.8": best["ray"] / best["local"] >= 0.8},
     }
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ray_executor.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    d = results["docs_per_s"]
-    lines = ["# clean: Ray executor vs local executor", "",
-             f"machine: {results['machine']}", "",
-             f"- demo corpus: {results['corpus']['records']} records, {results['corpus']['input_mb']} MB, "
-             f"{results['corpus']['num_shards']} shards of {params.batch_size} records, {args.workers} workers",
-             f"- identical outputs (docs, quarantine, counts) in every run: **{identical}**",
-             f"- local: best **{d['local_best']:.0f} docs/s**, median {d['local_median']:.0f}",
-             f"- Ray (cluster running): best **{d['ray_best']:.0f} docs/s**, median {d['ray_median']:.0f}",
-             f"- Ray / local: **{results['ratio_best']:.2f}x** (best), {results['ratio_median']:.2f}x (median); "
-             "target 0.8x",
-             f"- Ray with the stage starting its own local cluster (address \"\"): {d['ray_with_own_cluster']:.0f} docs/s; "
-             f"ray.init alone {results['cluster_start_seconds']:.1f} s",
-             "", "| round | local s | local docs/s | ray s | ray docs/s | load (1 min) before/after |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for i, (lm, rm) in enumerate(zip(results["rounds"]["local"], results["rounds"]["ray"]), start=1):
-        lines.append(f"| {i} | {lm['seconds']:.2f} | {lm['docs_per_s']:.0f} | {rm['seconds']:.2f} | "
-                     f"{rm['docs_per_s']:.0f} | {lm['load_before']:.1f}/{lm['load_after']:.1f}, "
-                     f"{rm['load_before']:.1f}/{rm['load_after']:.1f} |")
-    lines.append("")
-    (out / "ray_executor.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    _provenance.write(results, markdown)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,6 @@ Results: bench/results/report.json and report.md; screenshots: docs/img/report-{
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -23,15 +20,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from bench import _provenance
 from stages.common.report import browser
 from stages.common.runtime.params import read_params
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 IMAGES = ROOT / "docs" / "img"
+# The report stage, and every stage whose outputs the page shows (their size and number decide its cost)
+MEASURES = ("stages", "params.yaml")
 # name -> (address suffix, window height, crop below the content)
 SHOTS = {"report-top": ("", 1000, False), "report-funnel": ("#view-funnel", 1600, True),
          "report-compression": ("#view-compression", 1600, True)}
@@ -67,9 +67,9 @@ def screenshots(page: Path, out_dir: Path, scratch: Path) -> dict[str, list[int]
     return sizes
 
 
-def write_markdown(results: dict, path: Path) -> None:
+def markdown(results: dict[str, Any]) -> list[str]:
     t = results["command_seconds"]
-    lines = ["# report benchmark", "", f"machine: {results['machine']}", "",
+    lines = ["# report benchmark", "", *_provenance.header(results),
              f"- `python -m stages.report` (the stage's command, a fresh process each run): "
              f"**{t['median']:.2f} s** wall, median of {len(t['runs'])} runs (first {t['runs'][0]:.2f} s, best "
              f"{min(t['runs']):.2f} s); **{results['cpu_seconds']['median']:.2f} s** of CPU (user + system): what "
@@ -80,7 +80,7 @@ def write_markdown(results: dict, path: Path) -> None:
     if results.get("screenshots"):
         lines += ["", "Screenshots (headless Chromium, 1280 px wide):", ""]
         lines += [f"- `docs/img/{name}.png`: {w} x {h}" for name, (w, h) in results["screenshots"].items()]
-    path.write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def main() -> None:
@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--images", default=str(IMAGES), help="folder the screenshots are written to")
     args = parser.parse_args()
     section = read_params(args.params)["report"]
+    stamp = _provenance.stamp("report", MEASURES)
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         scratch = Path(tmp)
         page = scratch / "index.html"
@@ -100,8 +101,7 @@ def main() -> None:
         runs, cpu = time_command(params_file, args.runs)
         text = page.read_text(encoding="utf-8")
         results = {
-            "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-                        "load_1min": round(os.getloadavg()[0], 2)},
+            **stamp,
             "command_seconds": {"runs": runs, "median": statistics.median(runs)},
             "cpu_seconds": {"runs": cpu, "median": statistics.median(cpu)},
             "page_bytes": len(text.encode()), "num_svg": text.count("<svg"),
@@ -109,10 +109,8 @@ def main() -> None:
         }
         if not args.no_screenshots:
             results["screenshots"] = screenshots(page, Path(args.images), scratch)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "report.json").write_text(json.dumps(results, indent=2) + "\n")
-    write_markdown(results, RESULTS / "report.md")
-    print((RESULTS / "report.md").read_text())
+    _provenance.write(results, markdown)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

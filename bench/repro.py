@@ -17,9 +17,7 @@ revision's start and end: revisions run one after another, so compare them only 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -31,14 +29,13 @@ from typing import Any
 
 import yaml
 
-from stages.common.report.lineage import machine
+from bench import _provenance
+from bench._provenance import git
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNING = re.compile(r"Running stage '([^']+)'")
-
-
-def git(*argv: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+# The whole pipeline as `dvc repro` runs it: bench/_provenance.py's default and dvc.yaml
+MEASURES = ("stages", "flows", "params.yaml", "dvc.yaml")
 
 
 def override(params_path: Path, assignments: list[str]) -> None:
@@ -106,11 +103,7 @@ def run_rev(rev: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    m = r["machine"]
-    lines = ["# The demo's `dvc repro` from a fresh clone (bench/repro.py)", "",
-             f"`{r['command']}`, {r['date']}, on the machine of commit {r['commit']}.", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, CPU flags "
-             f"{' '.join(m['cpu_flags']) or 'none'}.", "",
+    lines = ["# The demo's `dvc repro` from a fresh clone (bench/repro.py)", "", *_provenance.header(r),
              "Each revision runs in a fresh clone with an empty DVC cache, one after the other. A stage's time runs "
              "from DVC's \"Running stage\" line to the next one (the last to DVC's exit), so it includes DVC's own "
              "work for the stage (hashing, caching its outputs). *no-op* is `dvc repro` again with nothing to do.",
@@ -142,11 +135,6 @@ def markdown(r: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def write_results(results: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_name(out.name + ".json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    out.with_name(out.name + ".md").write_text("\n".join(markdown(results)))
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -165,16 +153,13 @@ def main() -> None:
             sys.exit(f"bench.repro: --revs {rev}: not a commit of {ROOT}")
     out = args.out.resolve()
     results: dict[str, Any] = {
-        "command": " ".join(["python -m bench.repro", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "machine": {**machine(Path("/proc/cpuinfo").read_text(encoding="utf-8")), "python": platform.python_version()},
+        **_provenance.stamp("repro", MEASURES),
         "settings": {"revs": args.revs, "target": args.target, "set": args.set, "noop_runs": args.noop_runs},
         "runs": []}
     workdir = Path(tempfile.mkdtemp(prefix="bench_repro_"))
     for rev in args.revs:
         results["runs"].append(run_rev(rev, args, workdir))
-        write_results(results, out)
+        _provenance.write(results, markdown, out=out)
     print("\n".join(markdown(results)))
     if any(run["returncode"] for run in results["runs"]):
         sys.exit(f"bench.repro: a dvc repro failed (see {out}.md)")

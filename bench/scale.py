@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -35,9 +34,11 @@ from typing import Any
 import psutil
 import yaml
 
-from stages.common.report.lineage import machine
-from stages.common.runtime.digest import file_digest
-from stages.common.runtime.params import read_params
+if not __package__:  # run as a file (python bench/scale.py): the checkout, not bench/, is where bench imports from
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import _provenance  # noqa: E402 (after the path above)
+from stages.common.runtime.digest import file_digest  # noqa: E402
+from stages.common.runtime.params import read_params  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,9 @@ RUN_FOLDERS = ("data", "models", "metrics")  # params.yaml paths under these mov
 SAMPLE_INTERVAL_S = 0.2
 BASE_SIZE, MEMORY_SIZE = 24000, 192000  # the ratios compare 192k (memory) and the largest size (throughput) to 24k
 MB = 1e6
+# Every data stage and the corpus generator, each run with the command of dvc.yaml: bench/_provenance.py's
+# default and dvc.yaml
+MEASURES = ("stages", "flows", "params.yaml", "dvc.yaml")
 
 
 # ---- measuring one process tree -----------------------------------------------------------------------
@@ -360,13 +364,9 @@ def fmt_mb(value: float | None) -> str:
 
 
 def markdown(r: dict[str, Any]) -> list[str]:
-    m, s = r["machine"], r["settings"]
-    changed = f" (uncommitted changes: {', '.join(r['changed_files'])})" if r["changed_files"] else ""
-    lines = ["# Data stages as the corpus grows (bench/scale.py)", "",
-             f"`{r['command']}`, {r['date']}, commit {r['commit']}{changed}.", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB memory, Python {m['python']}, CPU flags "
-             f"{' '.join(m['cpu_flags']) or 'none'}; load average {m['load_start']} at the start, {m['load_end']} at "
-             "the end (other jobs on the machine inflate wall times; CPU s is not inflated).", "",
+    s = r["settings"]
+    lines = ["# Data stages as the corpus grows (bench/scale.py)", "", *_provenance.header(r),
+             "Other jobs on the machine inflate wall times; CPU s is not inflated.", "",
              "## What is measured", "",
              "Each stage runs as its own process, `python -m stages.<stage> --params <run>/params.yaml`: params.yaml "
              "with its data/, models/ and metrics/ paths moved into a run folder per size and the corpus generator's "
@@ -460,15 +460,8 @@ def markdown(r: dict[str, Any]) -> list[str]:
 
 
 def write_results(results: dict[str, Any], out: Path) -> None:
-    results["machine"]["load_end"] = [round(x, 2) for x in os.getloadavg()]
     results["ratios"] = ratios(results["runs"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_name(out.name + ".json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    out.with_name(out.name + ".md").write_text("\n".join(markdown(results)))
-
-
-def git(*argv: str) -> str:
-    return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    _provenance.write(results, markdown, out=out)
 
 
 def main() -> None:
@@ -488,15 +481,7 @@ def main() -> None:
     args.cache_dir, args.out = args.cache_dir.resolve(), args.out.resolve()
     params = read_params(args.params)
     results: dict[str, Any] = {
-        "command": " ".join(["python -m bench.scale", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": git("rev-parse", "--short", "HEAD").strip(),
-        # what the stages run differs from the commit by these (porcelain lines: two status letters, a space)
-        "changed_files": [line[3:] for line in
-                          git("status", "--porcelain", "--", "stages", "params.yaml").splitlines()],
-        "machine": {**machine(Path("/proc/cpuinfo").read_text(encoding="utf-8")),
-                    "memory_gb": round(psutil.virtual_memory().total / 1e9, 1), "python": platform.python_version(),
-                    "load_start": [round(x, 2) for x in os.getloadavg()]},
+        **_provenance.stamp("scale", MEASURES),
         "settings": {"sizes": list(dict.fromkeys(args.sizes)), "full_upto": args.full_upto, "workers": args.workers,
                      "sample_interval_s": SAMPLE_INTERVAL_S, "cache_dir": str(args.cache_dir)},
         "corpus": {}, "runs": []}

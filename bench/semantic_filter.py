@@ -14,6 +14,7 @@ Results: bench/results/semantic_filter.json and .md.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shutil
@@ -21,7 +22,9 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from bench import _provenance
 from stages import clean, semantic_embed, semantic_filter, semantic_head
 from stages.common.runtime.executor import resolve_workers
 from stages.common.runtime.params import load_section
@@ -31,6 +34,12 @@ from stages.common.semantic.encoder import Encoder
 ROOT = Path(__file__).resolve().parents[1]
 
 DEVSET = ROOT.parent / "shared" / "devset"
+RUNS = ("demo_cold", "demo", "devset")
+# The three semantic stages and their packages, and clean (run on the devset; it and the demo corpus's generator
+# make the demo documents and labels)
+MEASURES = ("stages/semantic_embed.py", "stages/semantic_head.py", "stages/semantic_filter.py",
+            "stages/common/semantic", "stages/common/text", "stages/common/runtime", "stages/clean.py",
+            "stages/demo_corpus", "params.yaml")
 
 
 def run_demo(tmp: Path, params_path: Path, cache: Path) -> tuple[dict, semantic_head.Params, semantic_embed.Params,
@@ -97,24 +106,26 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
                                                   for lang, group in sorted(total)}
 
 
+def markdown(results: dict[str, Any]) -> list[str]:
+    lines = ["# semantic_filter benchmark", "", *_provenance.header(results)]
+    for name in (n for n in RUNS if n in results):
+        lines += [f"## {name}", ""] + [f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}"
+                                       for k, v in results[name].items()] + [""]
+    return lines
+
+
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     params_path = ROOT / "params.yaml"
-    results: dict[str, dict] = {}
+    results: dict[str, Any] = _provenance.stamp("semantic_filter", MEASURES)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         results["demo_cold"], *_ = run_demo(tmp / "cold", params_path, tmp / "onnx_cache")
         results["demo"], head, embed, filter_params = run_demo(tmp / "warm", params_path, tmp / "onnx_cache")
         if (DEVSET / "devset.jsonl").is_file():  # the same head, thresholds and filter settings as the demo
             results["devset"] = run_devset(tmp, head, embed, filter_params)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "semantic_filter.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    lines = ["# semantic_filter benchmark", ""]
-    for name, values in results.items():
-        lines += [f"## {name}", ""] + [f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}"
-                                       for k, v in values.items()] + [""]
-    (out / "semantic_filter.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    _provenance.write(results, markdown)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

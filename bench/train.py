@@ -22,18 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import yaml
 
+from bench import _provenance
 from stages.common.lm.model import Transformer, preset
 from stages.common.lm.token_shards import TIERS, TierSampler, TokenShardWriter, open_tiers
 from stages.common.runtime.device import autocast, resolve_precision, seed_everything
@@ -42,9 +43,9 @@ from stages.common.training.optim import configure_optimizer, make_scheduler
 from stages.train import Params
 
 ROOT = Path(__file__).resolve().parents[1]
-
-RESULTS = ROOT / "bench" / "results"
 OVERHEAD_TARGET = 0.95
+# The stage and its training loop, the model and the shard reader; the shards' content only feeds the batches
+MEASURES = ("stages/train.py", "stages/common/lm", "stages/common/training", "stages/common/runtime", "params.yaml")
 
 
 def synthetic_tokens(root: Path, vocab_size: int) -> Path:
@@ -110,6 +111,28 @@ def run_stage(base: dict, tmp: Path, name: str, **overrides) -> dict:
     return metrics
 
 
+def markdown(result: dict[str, Any]) -> list[str]:
+    plain, ratio, rounds = result["plain_loop_tokens_per_s"], result["stage_over_plain"], result["rounds"]
+    return [
+        "# train stage benchmark", "", *_provenance.header(result),
+        f"torch {result['machine']['torch']}, model `{result['model']}`, precision `{result['precision']}` "
+        f"({result['stage_1proc_precision']}), global batch {result['global_batch']} x seq_len, median per-step "
+        f"tokens/s after the first 10% of {result['steps']} steps; best of {rounds} alternating rounds for the first "
+        f"two rows (plain: {', '.join(f'{r:,.0f}' for r in result['plain_loop_rounds_tokens_per_s'])}; "
+        f"stage: {', '.join(f'{r:,.0f}' for r in result['stage_1proc_rounds_tokens_per_s'])}).", "",
+        "| run | tokens/s | vs plain loop | final loss |", "| --- | ---: | ---: | ---: |",
+        f"| plain single-process loop ({result['plain_loop_threads']} threads) | {plain:,.0f} | 1.00 | |",
+        f"| stage, 1 process x {result['threads']} thread(s) (torchrun) | {result['stage_1proc_tokens_per_s']:,.0f} | "
+        f"{ratio:.3f} | {result['stage_1proc_final_loss']:.4f} |",
+        f"| stage, DDP 2 processes x 1 thread | {result['stage_ddp2_tokens_per_s']:,.0f} | "
+        f"{result['stage_ddp2_tokens_per_s'] / plain:.3f} | {result['stage_ddp2_final_loss']:.4f} |",
+        f"| stage, FSDP2 2 processes x 1 thread | {result['stage_fsdp2_tokens_per_s']:,.0f} | "
+        f"{result['stage_fsdp2_tokens_per_s'] / plain:.3f} | {result['stage_fsdp2_final_loss']:.4f} |", "",
+        f"Target: stage (1 process) >= {result['target_stage_over_plain']} x plain loop: "
+        f"**{'PASS' if result['pass'] else 'FAIL'}** ({ratio:.3f}).", "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
@@ -122,6 +145,7 @@ def main() -> None:
         print(json.dumps(plain_loop(from_dict(Params, section, prefix="train."), args.steps)))
         return
 
+    stamp = _provenance.stamp("train", MEASURES)
     base = read_params(ROOT / "params.yaml")["train"]
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -139,8 +163,8 @@ def main() -> None:
         plain_rounds, one_rounds = [], []
         for i in range(args.rounds):
             plain_rounds.append(json.loads(subprocess.run(
-                [sys.executable, __file__, "--steps", str(args.steps), "--plain-only", str(tmp / "plain.json")],
-                check=True, capture_output=True, text=True).stdout))
+                [sys.executable, "-m", "bench.train", "--steps", str(args.steps), "--plain-only",
+                 str(tmp / "plain.json")], cwd=ROOT, check=True, capture_output=True, text=True).stdout))
             one_rounds.append(run_stage(base, tmp, f"one_process_{i}"))
         plain = max(plain_rounds, key=lambda r: r["tokens_per_s"])
         one = max(one_rounds, key=lambda r: r["tokens_per_s"])
@@ -150,41 +174,21 @@ def main() -> None:
 
     ratio = one["tokens_per_s"] / plain["tokens_per_s"]
     result = {
-        "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()},
+        **stamp, "machine": {**stamp["machine"], "torch": torch.__version__},
         "model": base["preset"], "precision": base["precision"], "steps": args.steps, "global_batch": 16,
         "threads": args.threads, "rounds": args.rounds,
         "plain_loop_rounds_tokens_per_s": [r["tokens_per_s"] for r in plain_rounds],
         "stage_1proc_rounds_tokens_per_s": [r["tokens_per_s"] for r in one_rounds],
         "plain_loop_tokens_per_s": plain["tokens_per_s"], "plain_loop_threads": plain["threads"],
-        "stage_1proc_tokens_per_s": one["tokens_per_s"], "stage_over_plain": ratio,
+        "stage_1proc_tokens_per_s": one["tokens_per_s"], "stage_1proc_precision": one["precision"],
+        "stage_over_plain": ratio,
         "stage_ddp2_tokens_per_s": ddp["tokens_per_s"], "stage_fsdp2_tokens_per_s": fsdp["tokens_per_s"],
         "stage_1proc_final_loss": one["final_loss"], "stage_ddp2_final_loss": ddp["final_loss"],
         "stage_fsdp2_final_loss": fsdp["final_loss"], "target_stage_over_plain": OVERHEAD_TARGET,
         "pass": ratio >= OVERHEAD_TARGET,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "train.json").write_text(json.dumps(result, indent=2) + "\n")
-    md = [
-        "# train stage benchmark", "",
-        f"`python -m bench.train --steps {args.steps} --rounds {args.rounds} --threads {args.threads}` on "
-        f"{os.cpu_count()} cores, model `{base['preset']}`, precision `{base['precision']}` "
-        f"({one['precision']}), global batch 16 x seq_len, median per-step tokens/s after the first 10% of "
-        f"steps; best of {args.rounds} alternating rounds for the first two rows "
-        f"(plain: {', '.join(f'{r:,.0f}' for r in result['plain_loop_rounds_tokens_per_s'])}; "
-        f"stage: {', '.join(f'{r:,.0f}' for r in result['stage_1proc_rounds_tokens_per_s'])}).", "",
-        "| run | tokens/s | vs plain loop | final loss |", "| --- | ---: | ---: | ---: |",
-        f"| plain single-process loop ({plain['threads']} threads) | {plain['tokens_per_s']:,.0f} | 1.00 | |",
-        f"| stage, 1 process x {args.threads} thread(s) (torchrun) | {one['tokens_per_s']:,.0f} | {ratio:.3f} | "
-        f"{one['final_loss']:.4f} |",
-        f"| stage, DDP 2 processes x 1 thread | {ddp['tokens_per_s']:,.0f} | "
-        f"{ddp['tokens_per_s'] / plain['tokens_per_s']:.3f} | {ddp['final_loss']:.4f} |",
-        f"| stage, FSDP2 2 processes x 1 thread | {fsdp['tokens_per_s']:,.0f} | "
-        f"{fsdp['tokens_per_s'] / plain['tokens_per_s']:.3f} | {fsdp['final_loss']:.4f} |", "",
-        f"Target: stage (1 process) >= {OVERHEAD_TARGET} x plain loop: **{'PASS' if result['pass'] else 'FAIL'}** "
-        f"({ratio:.3f}).", "",
-    ]
-    (RESULTS / "train.md").write_text("\n".join(md))
-    print("\n".join(md))
+    _provenance.write(result, markdown)
+    print("\n".join(markdown(result)))
 
 
 if __name__ == "__main__":

@@ -20,15 +20,15 @@ import argparse
 import dataclasses
 import gzip
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from bench import _provenance
 from stages import clean
 from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import read_table
@@ -37,6 +37,9 @@ from stages.common.text.readers import warc_blocks
 ROOT = Path(__file__).resolve().parents[1]
 DEVSET = ROOT.parent / "shared" / "devset" / "devset.jsonl"
 TARGET_RATIO = 0.8  # WARC docs/s at least this share of JSONL docs/s
+# clean and its readers, the demo corpus generator that writes the pages and the test fixtures the readers read
+MEASURES = ("stages/clean.py", "stages/common/text", "stages/common/runtime", "stages/demo_corpus",
+            "tests/fixtures/warc.py", "params.yaml")
 
 
 def pages(num_pages: int, seed: int) -> list[tuple[str, str]]:
@@ -122,9 +125,22 @@ def test_files(folder: Path) -> list[Path]:
     return files + ([demo] if demo.is_file() else [])
 
 
-def cpu_flags() -> str:
-    out = subprocess.run(["grep", "-o", r"avx512[a-z_]*\|avx2", "/proc/cpuinfo"], capture_output=True, text=True)
-    return " ".join(sorted(set(out.stdout.split())))
+def markdown(results: dict[str, Any]) -> list[str]:
+    c, r = results["clean"], results["readers"]
+    lines = ["# clean on WARC vs JSONL, FastWARC vs warcio", "", *_provenance.header(results),
+             f"{c['pages']} HTML pages ({c['warc_mb']:.1f} MB as WARC.gz, {c['jsonl_mb']:.1f} MB as JSONL.gz), "
+             f"{c['num_kept']} kept by both.", "",
+             "| input | docs/s per round | median |", "| --- | --- | --- |"]
+    for name in ("jsonl", "warc"):
+        lines.append(f"| {name} | {', '.join(f'{x:.0f}' for x in c['docs_per_s'][name])} | "
+                     f"{c['median_docs_per_s'][name]:.0f} |")
+    lines += ["", f"**WARC / JSONL: {c['warc_over_jsonl']:.2f}x** (target: at least {c['target_ratio']}x)", "",
+              "## readers", "",
+              f"FastWARC {r['records_per_s']['fastwarc']:.0f} records/s, warcio {r['records_per_s']['warcio']:.0f} "
+              f"records/s on the bench crawl ({r['records']} records): FastWARC {r['fastwarc_over_warcio']:.1f}x.",
+              "Same records (type, headers, block bytes) from both on every file: "
+              + ", ".join(f"{name} {'yes' if same else 'NO'}" for name, same in r["files"].items()), ""]
+    return lines
 
 
 def main() -> None:
@@ -135,8 +151,7 @@ def main() -> None:
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     args = parser.parse_args()
     params = load_section("clean", clean.Params, args.params)
-    results: dict = {"machine": {"cpus": clean.resolve_workers(0), "cpu_flags": cpu_flags(),
-                                 "python": platform.python_version()}}
+    results: dict[str, Any] = _provenance.stamp("warc", MEASURES)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         docs = pages(args.pages, args.seed)
@@ -165,27 +180,8 @@ def main() -> None:
         results["readers"] = {"files": identical, "all_identical": all(identical.values()),
                               "records_per_s": {"fastwarc": fast, "warcio": slow}, "fastwarc_over_warcio": fast / slow,
                               "records": len(fastwarc_records(crawl))}
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "warc.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    c, r = results["clean"], results["readers"]
-    lines = ["# clean on WARC vs JSONL, FastWARC vs warcio", "",
-             f"machine: {results['machine']}", "",
-             f"`python -m bench.warc --pages {args.pages} --rounds {args.rounds}`: {c['pages']} HTML pages "
-             f"({c['warc_mb']:.1f} MB as WARC.gz, {c['jsonl_mb']:.1f} MB as JSONL.gz), {c['num_kept']} kept by "
-             "both.", "",
-             "| input | docs/s per round | median |", "| --- | --- | --- |"]
-    for name in ("jsonl", "warc"):
-        lines.append(f"| {name} | {', '.join(f'{x:.0f}' for x in c['docs_per_s'][name])} | "
-                     f"{c['median_docs_per_s'][name]:.0f} |")
-    lines += ["", f"**WARC / JSONL: {c['warc_over_jsonl']:.2f}x** (target: at least {TARGET_RATIO}x)", "",
-              "## readers", "",
-              f"FastWARC {r['records_per_s']['fastwarc']:.0f} records/s, warcio {r['records_per_s']['warcio']:.0f} "
-              f"records/s on the bench crawl ({r['records']} records): FastWARC {r['fastwarc_over_warcio']:.1f}x.",
-              "Same records (type, headers, block bytes) from both on every file: "
-              + ", ".join(f"{name} {'yes' if same else 'NO'}" for name, same in r["files"].items()), ""]
-    (out / "warc.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    _provenance.write(results, markdown)
+    print("\n".join(markdown(results)))
 
 
 if __name__ == "__main__":

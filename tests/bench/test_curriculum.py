@@ -138,26 +138,42 @@ def test_restat_recomputes_the_statistics_of_the_stored_runs_and_keeps_the_rest(
              "seeds": [0, 1, 2], "eval_every": 100, "eval_windows": 4, "uniform_ratios": [0.4, 0.35, 0.25],
              "train_tokens": {"easy": 400, "medium": 350, "hard": 250},
              "val_tokens": {"easy": 100, "medium": 100, "hard": 100}}
-    study = {"command": "python -m bench.curriculum ", "date": "2026-01-02 03:04 UTC",
-             "machine": {"cpus": 2, "python": "3.11", "torch": "2", "cpu_flags": [], "load_start": [0.0],
-                         "load_end": [0.0]}, "wall_s": 60.0, "cpu_s": 60.0, "setup": setup, "complete": True,
+    study = {"bench": "curriculum", "command": "python -m bench.curriculum", "date": "2026-01-02 03:04 UTC",
+             "commit": "abc1234", "changed_files": [],
+             "machine": {"cpu": "test CPU", "cores": 2, "cpu_flags": [], "memory_gb": 8.0, "python": "3.11",
+                         "platform": "Linux", "torch": "2"}, "load": {"start": [0.5, 0.5, 0.5]},
+             "wall_s": 60.0, "cpu_s": 60.0, "setup": setup, "complete": True,
              "runs": stored_runs, "comparison": {"old": True}, "stability": None, "contents": None, "limits": []}
     (tmp_path / "study.json").write_text(json.dumps(study))
     monkeypatch.setattr(sys, "argv", ["bench/curriculum.py", "--restat", "--out", str(tmp_path / "study")])
     bench.restat(tmp_path / "study")
     result = json.loads((tmp_path / "study.json").read_text())
-    assert result["runs"] == stored_runs and result["setup"] == setup and result["date"] == study["date"]
+    assert result["runs"] == stored_runs and result["setup"] == setup
+    assert {k: result[k] for k in ("command", "date", "commit", "machine")} == {
+        k: study[k] for k in ("command", "date", "commit", "machine")}  # the training runs' provenance stays
     comparison = result["comparison"]
     assert comparison["correction"]["num_tests"] == 4 and "p_holm" in comparison["arms"]["moving"]["welch"]
     assert set(result["statistics"]) == {"commit", "date", "command"}
     assert result["statistics"]["command"].startswith("python -m bench.curriculum --restat")
     md = (tmp_path / "study.md").read_text()
-    assert "Training runs: `python -m bench.curriculum`, 2026-01-02 03:04 UTC." in md
+    assert "`python -m bench.curriculum`, 2026-01-02 03:04 UTC, commit abc1234." in md
+    assert "Machine: test CPU, 2 cores" in md and "torch 2" in md
     assert f"Statistics recomputed from the stored runs by commit {result['statistics']['commit'][:7]}" in md
     assert "| Welch p | Holm p | perm. p |" in md and "Holm-corrected over 4 tests, alpha 0.05" in md
     # 4 windows x 10 predicted tokens of each tier's 100 val tokens
     assert "the first 4 windows of each tier of the perplexity stage's val split" in md
     assert "120 of the split's 300 tokens, 40%" in md
+
+
+def test_restat_refuses_a_study_that_records_no_commit(tmp_path, monkeypatch):
+    """A results file written before the provenance stamp cannot be restated: its runs' commit is unknown."""
+    old = {"command": "python -m bench.curriculum", "date": "2026-01-02 03:04 UTC", "machine": {"cpus": 2},
+           "runs": {}, "setup": {}}
+    (tmp_path / "study.json").write_text(json.dumps(old))
+    monkeypatch.setattr(sys, "argv", ["bench/curriculum.py", "--restat", "--out", str(tmp_path / "study")])
+    with pytest.raises(SystemExit, match=r"study\.json records no commit .*rerun the study"):
+        bench.restat(tmp_path / "study")
+    assert json.loads((tmp_path / "study.json").read_text()) == old and not (tmp_path / "study.md").exists()
 
 
 def test_tier_agreement_per_language():
