@@ -7,9 +7,12 @@ with the credentials each file system finds itself (AWS_* variables or ~/.aws, w
 AWS_ENDPOINT_URL_S3 for an S3-compatible server; GOOGLE_APPLICATION_CREDENTIALS or gcloud's; HF_TOKEN or
 the huggingface-cli login). Nothing here takes a credential as an argument.
 
-A remote read that fails (connection reset, 5xx, timeout) is retried `READ_RETRIES` times with backoff,
-reopening the file at the byte already reached, so no byte is read twice or skipped; then it raises
-`InputError` naming the file, the byte and the error. A URL is shown (logs, errors, `source` columns,
+Every request to an http(s) or S3 store waits at most `CONNECT_TIMEOUT_S` for the connection and
+`READ_TIMEOUT_S` for each answer (the libraries' own defaults wait minutes). A remote read that fails
+(connection reset, 5xx, timeout) is retried `READ_RETRIES` times with backoff, reopening the file at the
+byte already reached, so no byte is read twice or skipped; then it raises `InputError` naming the file,
+the byte and the error, which says what happened when it can tell: timed out, connection refused,
+forbidden, not found. A URL is shown (logs, errors, `source` columns,
 fingerprints) only through `redact`, which drops what may hold a secret: user info and query string.
 fsspec's own debug lines print whole URLs, so its logger is held at INFO once such a URL is opened.
 """
@@ -30,10 +33,13 @@ log = logging.getLogger("refinery.storage")
 
 READ_RETRIES = 3  # after the first try; the delays double from RETRY_DELAY_S
 RETRY_DELAY_S = 0.5
+CONNECT_TIMEOUT_S = 10.0  # per request: opening the connection
+READ_TIMEOUT_S = 30.0  # per request: the wait for the answer, and between its chunks; a whole download may take longer
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _GLOBBING = ("s3", "s3a", "gs", "gcs", "hf", "file", "memory")  # protocols whose listings make globs and folders work
 # Not worth a retry: the same answer would come again.
-_FINAL_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_FINAL_REASONS = ("not found", "forbidden")
+_FINAL_ERRORS = (IsADirectoryError, NotADirectoryError)
 
 
 class InputError(ValueError):
@@ -79,6 +85,22 @@ def protocol(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
+def _timeouts(proto: str) -> dict[str, Any]:
+    """The file system options that bound each request of `proto` by CONNECT_TIMEOUT_S and READ_TIMEOUT_S."""
+    if proto in ("http", "https"):
+        import aiohttp
+
+        # total=None: a large file may take longer than any fixed limit; a silent server does not
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S,
+                                                                   sock_read=READ_TIMEOUT_S)}}
+    if proto in ("s3", "s3a"):
+        # s3fs already retries a timed-out request 5 times; botocore's own retries (5 attempts by default)
+        # would multiply that to 25 waits. Standard mode keeps one retry, for a 5xx or throttling answer.
+        return {"config_kwargs": {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
+                                  "retries": {"mode": "standard", "total_max_attempts": 2}}}
+    return {}
+
+
 def _filesystem(url: str) -> tuple[Any, str]:
     """(fsspec file system, its path for `url`); ValueError naming the package to install if fsspec has
     no implementation for the protocol here."""
@@ -88,7 +110,7 @@ def _filesystem(url: str) -> tuple[Any, str]:
         fsspec_log = logging.getLogger("fsspec")
         fsspec_log.setLevel(max(fsspec_log.getEffectiveLevel(), logging.INFO))
     try:
-        return fsspec.core.url_to_fs(url)
+        return fsspec.core.url_to_fs(url, **_timeouts(protocol(url)))
     except ImportError as e:
         raise ValueError(f"input {redact(url)}: reading {protocol(url)}:// needs a package that is not "
                          f"installed ({scrub(str(e), url)})") from None
@@ -96,16 +118,58 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise ValueError(f"input {redact(url)}: {scrub(str(e), url)}") from None
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and what it wraps: its causes and contexts, and botocore's `error` argument."""
+    found: list[BaseException] = []
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop(0)
+        if e is None or any(e is f for f in found):
+            continue
+        found.append(e)
+        wrapped = getattr(e, "kwargs", None)
+        todo += [e.__cause__, e.__context__, wrapped.get("error") if isinstance(wrapped, dict) else None]
+    return found
+
+
+def _not_found(e: BaseException) -> bool:
+    """A 404, or a FileNotFoundError that wraps nothing else: fsspec's http file system raises one for
+    any failed lookup, a timeout included, `from` the real error."""
+    if getattr(e, "status", None) == 404:
+        return True
+    return isinstance(e, FileNotFoundError) and (e.__cause__ is None or _not_found(e.__cause__))
+
+
+_REASONS = (  # in this order: a timeout that ends as fsspec's FileNotFoundError is a timeout
+    ("timed out", lambda e: isinstance(e, TimeoutError)),  # asyncio's, aiohttp's, fsspec's and sockets' alike
+    ("connection refused", lambda e: isinstance(e, ConnectionRefusedError)),
+    ("forbidden", lambda e: isinstance(e, PermissionError) or getattr(e, "status", None) == 403),
+    ("not found", _not_found),
+)
+
+
+def _describe(error: BaseException, url: str) -> tuple[str | None, str]:
+    """(what happened: "timed out", "connection refused", "forbidden", "not found" or None when it cannot
+    be told, one line for the user naming it and the library's own error), with `url`'s secrets scrubbed."""
+    chain = _chain(error)
+    reason = next((reason for reason, test in _REASONS if any(test(e) for e in chain)), None)
+    shown = error.__cause__ if isinstance(error, FileNotFoundError) and error.__cause__ else error
+    message = scrub(f"{type(shown).__name__}: {shown}", url).replace("\n", " ")
+    return reason, f"{reason}: {message}" if reason else message
+
+
 def _ask(url: str, call: Any) -> Any:
     """`call()`'s answer from the file system of `url`: None if what it asks about does not exist; an
-    `InputError` naming the URL (redacted) if the store cannot be reached or refuses. Asking through `info`
-    and `find` rather than `exists`/`isdir`, which answer False to a network error as to a missing file."""
+    `InputError` naming the URL (redacted) and what happened if the store cannot be reached, times out or
+    refuses. Asking through `info` and `find` rather than `exists`/`isdir`, which answer False to a network
+    error as to a missing file."""
     try:
         return call()
-    except FileNotFoundError:
-        return None
     except Exception as e:  # noqa: BLE001 - any library's network or auth error, reported in one line
-        raise InputError(f"{redact(url)}: cannot be looked up: {scrub(f'{type(e).__name__}: {e}', url)}") from None
+        reason, message = _describe(e, url)
+        if reason == "not found":
+            return None
+        raise InputError(f"{redact(url)}: cannot be looked up: {message}") from None
 
 
 def exists(path: str) -> bool:
@@ -157,7 +221,7 @@ def list_remote(url: str, pattern: str = "*") -> list[str]:
         return sorted(fs.unstrip_protocol(p) for p in files)
     info = _ask(url, lambda: fs.info(root))
     if info is None:
-        raise ValueError(f"input {redact(url)} does not exist")
+        raise ValueError(f"input {redact(url)} does not exist (the store answered: not found)")
     if info.get("type") != "directory":
         return [url]  # as given: an https URL keeps its query
     if not listable:
@@ -230,10 +294,10 @@ class _RetryingFile(io.RawIOBase):
                 if self.inner is None:
                     self._open()
                 return action()
-            except _FINAL_ERRORS as e:
-                raise InputError(f"{self.name}: {what} at byte {self.pos} failed: {scrub(str(e), self.url)}") from None
             except Exception as e:  # noqa: BLE001 - a network error of any library: retried, then reported
-                error = scrub(f"{type(e).__name__}: {e}", self.url)
+                reason, error = _describe(e, self.url)
+                if reason in _FINAL_REASONS or isinstance(e, _FINAL_ERRORS):
+                    raise InputError(f"{self.name}: {what} at byte {self.pos} failed: {error}") from None
                 self._drop()
                 if attempt == READ_RETRIES:
                     raise InputError(f"{self.name}: {what} at byte {self.pos} failed after {READ_RETRIES + 1} "

@@ -1,9 +1,15 @@
 """Remote inputs through fsspec, against real servers on 127.0.0.1: moto's S3 server and Python's http.server."""
 from __future__ import annotations
 
+import contextlib
 import gzip
+import http.server
 import json
 import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -150,3 +156,109 @@ def test_hf_urls_go_to_the_hub_and_an_unreachable_store_is_one_input_error(monke
 def test_an_unknown_protocol_is_one_line():
     with pytest.raises(ValueError, match=r"^input nosuch://x/a.jsonl: .*nosuch"):
         list_input_files("nosuch://x/a.jsonl")
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port on 127.0.0.1 whose server accepts every connection and never answers."""
+    server, accepted = socket.socket(), []
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the socket closed at the end of the test
+            while True:
+                accepted.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def short_timeouts(monkeypatch):
+    monkeypatch.setattr(storage, "CONNECT_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(storage, "READ_TIMEOUT_S", 0.2)
+
+
+def test_a_silent_server_times_out_and_a_closed_port_is_refused(silent_port, short_timeouts):
+    silent = f"http://127.0.0.1:{silent_port}/a.jsonl?token={SECRET}"
+    start = time.monotonic()
+    with pytest.raises(InputError) as looked_up:
+        list_input_files(silent)
+    assert time.monotonic() - start < 5  # a HEAD, then a GET, each given up after 0.2 s (the default: 5 min each)
+    assert str(looked_up.value).startswith(f"http://127.0.0.1:{silent_port}/a.jsonl: cannot be looked up: timed out")
+    with pytest.raises(InputError, match=r": opening at byte 0 failed after 4 tries: timed out") as opened:
+        storage.open_input(silent)
+    closed = f"http://127.0.0.1:{closed_port()}/a.jsonl?token={SECRET}"
+    with pytest.raises(InputError, match=r": cannot be looked up: connection refused: ") as refused:
+        input_exists(closed)
+    with pytest.raises(InputError, match=r": opening at byte 0 failed after 4 tries: connection refused"):
+        storage.open_input(closed)
+    messages = [str(e.value) for e in (looked_up, opened, refused)]
+    assert all("\n" not in m and SECRET not in m for m in messages), messages
+
+
+def test_s3_requests_time_out_and_a_closed_endpoint_is_refused(silent_port, short_timeouts, monkeypatch):
+    from s3fs import S3FileSystem
+
+    monkeypatch.setattr(S3FileSystem, "retries", 1)  # s3fs's own retries (5) multiply the wait, not the outcome
+    for key, value in (("AWS_ACCESS_KEY_ID", "AKIAFAKE"), ("AWS_SECRET_ACCESS_KEY", SECRET),
+                       ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent_port}")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    S3FileSystem.clear_instance_cache()  # botocore reads the endpoint when the file system is made
+    try:
+        start = time.monotonic()
+        with pytest.raises(InputError, match=r"^s3://bucket/a.jsonl: cannot be looked up: timed out: ReadTimeoutError"):
+            list_input_files("s3://bucket/a.jsonl")
+        assert time.monotonic() - start < 8  # 2 attempts of 0.2 s and a backoff, not 5 of s3fs's default 15 s
+        S3FileSystem.clear_instance_cache()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port()}")
+        with pytest.raises(InputError, match=r"^s3://bucket/a.jsonl: cannot be looked up: connection refused"):
+            list_input_files("s3://bucket/a.jsonl")
+    finally:
+        S3FileSystem.clear_instance_cache()
+
+
+class _StatusHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the status its path starts with: /403/... is forbidden, /404/... missing."""
+
+    def do_HEAD(self) -> None:
+        self.send_response(int(self.path.split("/")[1]))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+def test_http_403_is_forbidden_and_404_not_found():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StatusHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(InputError, match=rf"^{base}/403/a.jsonl: cannot be looked up: forbidden: .*403") as listed:
+            list_input_files(f"{base}/403/a.jsonl?token={SECRET}")
+        with pytest.raises(InputError, match=rf"^{base}/403/a.jsonl: opening at byte 0 failed: forbidden") as opened:
+            storage.open_input(f"{base}/403/a.jsonl?token={SECRET}")
+        assert SECRET not in str(listed.value) + str(opened.value), str(listed.value)
+        with pytest.raises(ValueError, match=rf"^input {base}/404/a.jsonl does not exist \(the store answered: "
+                                             r"not found\)$"):
+            list_input_files(f"{base}/404/a.jsonl")
+        assert not input_exists(f"{base}/404/a.jsonl")
+        with pytest.raises(InputError, match=rf"^{base}/404/a.jsonl: opening at byte 0 failed: not found"):
+            storage.open_input(f"{base}/404/a.jsonl")
+    finally:
+        server.shutdown()
+        server.server_close()
