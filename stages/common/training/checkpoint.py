@@ -42,6 +42,7 @@ import json
 import logging
 import pickle
 import re
+import reprlib
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ log = logging.getLogger("refinery.checkpoint")
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 MANIFEST = "manifest.json"
 TRAIN_STATE = "train_state.json"
+# A manifest names a few files per rank (a few hundred bytes each): a larger one is not one `save` wrote,
+# and is not read into memory.
+MAX_MANIFEST_BYTES = 16 * 2**20
 
 
 # DCP warns that it "assumes a single process" whenever no process group exists: that is the intent here.
@@ -133,19 +137,51 @@ def list_checkpoints(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and STEP_DIR.match(p.name))
 
 
+def read_manifest(path: Path) -> dict[str, tuple[int, str]]:
+    """The files the manifest of checkpoint folder `path` lists: name -> (bytes, xxh3-128). Raises
+    ValueError saying what is wrong with a manifest that is not one `save` writes (cut short, rewritten,
+    another program's), so that `verify` skips the folder like any other damaged checkpoint."""
+    file = path / MANIFEST
+    num_bytes = file.stat().st_size
+    if num_bytes > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{num_bytes:,} bytes, more than a manifest's {MAX_MANIFEST_BYTES:,}")
+    try:
+        manifest = json.loads(file.read_bytes())
+    except RecursionError:  # json recurses once per level of nesting
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except ValueError as e:
+        raise ValueError(f"not valid JSON ({e})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise ValueError(f'expected an object with a "files" object, got {reprlib.repr(manifest)}')
+    listed: dict[str, tuple[int, str]] = {}
+    for name, entry in files.items():
+        parts = Path(name).parts
+        if not parts or Path(name).is_absolute() or ".." in parts:
+            raise ValueError(f"lists {name!r}, outside the checkpoint folder")
+        if not (isinstance(entry, dict) and type(entry.get("bytes")) is int and isinstance(entry.get("xxh3_128"), str)):
+            raise ValueError(f'file {name!r}: expected {{"bytes": <int>, "xxh3_128": <str>}}, '
+                             f"got {reprlib.repr(entry)}")
+        listed[name] = (entry["bytes"], entry["xxh3_128"])
+    missing = [name for name in (".metadata", TRAIN_STATE) if name not in listed]  # what resuming reads first
+    if missing:
+        raise ValueError(f"lists no {missing[0]}")
+    return listed
+
+
 def verify(path: Path) -> str | None:
     """None when the checkpoint is complete and intact, else what is wrong with it."""
     if not (path / SUCCESS_MARKER).is_file():
         return "incomplete (no _SUCCESS marker)"
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        files = read_manifest(path)
     except (OSError, ValueError) as e:
-        return f"unreadable manifest: {e}"
-    for name, expected in manifest["files"].items():
+        return f"damaged manifest: {' '.join(str(e).split())}"
+    for name, (num_bytes, digest) in files.items():
         file = path / name
         if not file.is_file():
             return f"missing file {name}"
-        if file.stat().st_size != expected["bytes"] or file_digest(file) != expected["xxh3_128"]:
+        if file.stat().st_size != num_bytes or file_digest(file) != digest:
             return f"damaged file {name} (size or digest differs from the manifest)"
     try:
         read_metadata(path)  # the manifest proves nothing about a folder whose manifest was rewritten too

@@ -128,6 +128,64 @@ def test_a_planted_metadata_pickle_is_refused_and_never_run(tmp_path, caplog):
     assert not marker.exists()
 
 
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory, one_torch_thread) -> Path:
+    """Steps 1 and 2 of run "run", to be copied by each test that damages them."""
+    root = tmp_path_factory.mktemp("two_checkpoints") / "ckpt"
+    model, optimizer = trained()
+    for step in (1, 2):
+        checkpoint.save(root, step, model, optimizer, {"step": step, "fingerprint": "run"}, keep=2)
+    return root
+
+
+def oversized(path: Path) -> None:
+    with path.open("r+b") as f:
+        f.truncate(checkpoint.MAX_MANIFEST_BYTES + 1)  # sparse: nothing is written
+
+
+def without(name: str):
+    def rewrite(path: Path) -> None:
+        manifest = json.loads(path.read_text())
+        del manifest["files"][name]
+        path.write_text(json.dumps(manifest))
+    return rewrite
+
+
+@pytest.mark.parametrize("manifest, reason", [
+    ("{}", 'expected an object with a "files" object, got {}'),
+    ("[]", 'expected an object with a "files" object, got []'),
+    ('{"files": 3}', 'expected an object with a "files" object, got {\'files\': 3}'),
+    ('{"files": {"x": 5}}', "file 'x': expected {\"bytes\": <int>, \"xxh3_128\": <str>}, got 5"),
+    ('{"files": {"x": {"bytes": "5", "xxh3_128": "0"}}}', "file 'x': expected"),
+    ('{"files": {}}', "lists no .metadata"),
+    (without("train_state.json"), "lists no train_state.json"),
+    ('{"files": {"../step_00000001/.metadata": {"bytes": 1, "xxh3_128": "0"}}}',
+     "lists '../step_00000001/.metadata', outside the checkpoint folder"),
+    ('{"files": ', "not valid JSON (Expecting value: line 1 column 11 (char 10))"),
+    ("[" * 200_000 + "]" * 200_000, "not valid JSON (nested too deeply)"),
+    (b"\xff\xfe\x00", "not valid JSON"),
+    (oversized, f"16,777,217 bytes, more than a manifest's {checkpoint.MAX_MANIFEST_BYTES:,}"),
+], ids=["empty_object", "list", "files_a_number", "entry_a_number", "bytes_a_string", "no_files", "no_train_state",
+        "outside", "cut_short", "deeply_nested", "not_utf8", "huge"])
+def test_a_malformed_manifest_is_skipped_and_resume_falls_back(two_checkpoints, tmp_path, caplog, manifest, reason):
+    root = tmp_path / "ckpt"
+    shutil.copytree(two_checkpoints, root)
+    older, newest = checkpoint.list_checkpoints(root)
+    file = newest / checkpoint.MANIFEST
+    if callable(manifest):
+        manifest(file)
+    else:
+        file.write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
+
+    problem = checkpoint.verify(newest)
+    assert problem.startswith("damaged manifest: ") and reason in problem and "\n" not in problem
+    with caplog.at_level(logging.WARNING, logger="refinery.checkpoint"):
+        state = checkpoint.resume(root, "run", *fresh(), is_main=True)
+    assert state == {"step": 1, "fingerprint": "run"}  # the previous checkpoint, as for a damaged file
+    assert f"skipping checkpoint {newest}: {problem}" in caplog.text
+    assert checkpoint.list_checkpoints(root) == [older, newest]  # nothing cleared
+
+
 @pytest.mark.parametrize("payload, reason", [
     (lambda marker: pickle.dumps({"not": "metadata"}), "it holds a dict, not DCP metadata"),
     (lambda marker: b"\x80\x04\x95", "not readable DCP metadata"),
