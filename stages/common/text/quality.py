@@ -98,6 +98,9 @@ class QualityParams:
     max_dup_line_char_ratio: float = param(0.35, min=0.0, max=1.0)
     max_top_2gram_ratio: float = param(0.2, min=0.0, max=1.0)
     max_dup_ngram_char_ratio: float = param(0.45, min=0.0, max=1.0)
+    # the two n-gram rules above judge texts of at least this many words (character rules: characters of
+    # about as many words, DUP_NGRAM_CHARS); a shorter text is judged on the 2-grams that open its lines
+    ngram_min_words: int = param(100, min=0)
 
     # Keys these rules had under other names: an old params file gets an error naming the new key.
     RENAMED_PARAMS: ClassVar[dict[str, str]] = {"min_stop_words_en": "min_stop_words",
@@ -120,6 +123,20 @@ def _top_ngram_ratio(tokens: list[str], n: int, total: int) -> float:
     if count < 2:
         return 0.0
     return count * sum(map(len, gram)) / total
+
+
+def _top_opening_2gram_ratio(text: str, lang: str, total: int) -> float:
+    """Share of the `total` characters covered by the 2-gram that opens the most lines, where it opens at
+    least two ("Copyright (c) ..." down a list of notices)."""
+    openings = Counter()
+    for line in text.split("\n"):
+        tokens = _tokens(line, lang)
+        if len(tokens) >= 2:
+            openings[tokens[0], tokens[1]] += 1
+    if not openings:
+        return 0.0
+    gram, count = openings.most_common(1)[0]
+    return count * sum(map(len, gram)) / total if count >= 2 else 0.0
 
 
 def _dup_ngram_char_ratio(tokens: list[str], n: int, total: int) -> float:
@@ -217,10 +234,18 @@ class QualityRules:
             if dup_chars > p.max_dup_line_char_ratio:
                 return "quality:dup_line_chars", dup_chars
         total = sum(map(len, tokens))
+        n = DUP_NGRAM_CHARS.get(lang, 5)  # 5-grams of words, or of characters about as long
+        if len(tokens) * 5 < p.ngram_min_words * n:
+            # A short text: a phrase said twice is a large share of it (a fortune and its attribution, the nick
+            # on every line of a short chat), so n-gram shares say little about it. What still marks a short
+            # list of notices is a 2-gram that opens line after line.
+            top = _top_opening_2gram_ratio(text, lang, total)
+            if top > p.max_top_2gram_ratio:
+                return "quality:top_2gram_line_starts", top
+            return None
         top = _top_ngram_ratio(tokens, 2, total)
         if top > p.max_top_2gram_ratio:
             return "quality:top_2gram", top
-        n = DUP_NGRAM_CHARS.get(lang, 5)  # 5-grams of words, or of characters about as long
         dup = _dup_ngram_char_ratio(tokens, n, total)
         if dup > p.max_dup_ngram_char_ratio:
             return "quality:dup_ngrams", dup

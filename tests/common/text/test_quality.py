@@ -47,14 +47,42 @@ def test_good_text_passes():
     ("Click here to buy the product\n" * 4 + "The one and only line of the content.", "en", "quality:dup_lines"),
     ("Subscribe to the newsletter of the day for more news\n" * 2 + "ok the and of\nfine to be\nyes with that", "en",
      "quality:dup_line_chars"),
-    ("the cat " * 30, "en", "quality:top_2gram"),
-    ("the farmer carried seven baskets of apples down to the market square. " * 3
+    ("the cat " * 60, "en", "quality:top_2gram"),  # the n-gram rules judge texts of ngram_min_words (100) on
+    ("the farmer carried seven baskets of apples down to the market square. " * 9
      + "A different closing sentence with its own words keeps the top pair of words rare enough.", "en",
      "quality:dup_ngrams"),
     ("数据处理" * 6 + " option value --verbose --recursive --force " * 8, "zh", "quality:low_script_ratio"),
 ])
 def test_rule_reasons(text, lang, reason):
     assert rules.check(text, lang) == reason
+
+
+# Short texts whose one repeated phrase is a large share of them; the n-gram rules would drop each.
+SHORT_REPEATS = [
+    ("Todo lo debil es viejo, todo lo fuerte es joven.\n\t\t-- Cristina de Suecia. (1626-1689) Reina de Suecia.",
+     "es"),
+    ("Don't change the reason, just change the excuses!\n\t\t-- Joe Cointment", "en"),
+    ("12:35:24 <leeloo_> LCF: a tak na prawde\n12:35:45 <leeloo_> LCF: jestes fajny\n"
+     "12:36:02 <leeloo_> LCF: i nie masz nic z blondyna :P\n12:36:10 <LCF> leeloo_: dzieki", "pl"),
+    ("За да не бъдете излъгани от хората, не се доверявайте нито на името, нито на дрехите; за да не бъдете "
+     "излъгани от книгите, не се доверявайте нито на заглавието, нито на корицата.", "bg"),
+    ("俟我於著乎而，充耳以素乎而，尚之以瓊華乎而。\n俟我於庭乎而，充耳以青乎而，尚之以瓊瑩乎而。\n"
+     "俟我於堂乎而，充耳以黃乎而，尚之以瓊英乎而。", "zh"),
+]
+
+
+@pytest.mark.parametrize("text, lang", SHORT_REPEATS)
+def test_short_texts_are_not_judged_on_ngram_shares(text, lang):
+    assert rules.check(text, lang) is None
+    # ... which the n-gram rules, applied at any length, would drop
+    everywhere = QualityRules(QualityParams(ngram_min_words=0, min_stop_words=0, min_words=0, min_chars=0))
+    assert everywhere.check(text, lang) in {"quality:top_2gram", "quality:dup_ngrams"}
+
+
+def test_a_short_list_of_notices_is_dropped_on_its_line_openings():
+    notices = ("The MIT License (MIT)\n\nCopyright (c) 2025 Ana Ramírez\n\nCopyright (c) 2022 the contributors\n\n"
+               "Copyright (c) 2018 Alex Grönholm and the other authors of this package")
+    assert rules.judge(notices, "en")[0] == "quality:top_2gram_line_starts"
 
 
 RU_GOOD = ("Река течёт через старый город, и люди, которые живут там, ловят в ней рыбу уже много поколений. "
@@ -106,7 +134,7 @@ def test_rules_follow_the_script():
     ("สวัสดีครับ", "th", "quality:too_short"),
     ("ตั้งค่าไฟล์การกำหนดค่าของระบบ" + " --verbose --recursive --force option value" * 8, "th",
      "quality:low_script_ratio"),
-    ("แม่น้ำสายนี้ไหลผ่านเมืองเก่าและผู้คน" * 4 + "จับปลา", "th", "quality:dup_ngrams"),
+    ("แม่น้ำสายนี้ไหลผ่านเมืองเก่าและผู้คน" * 12 + "จับปลา", "th", "quality:dup_ngrams"),
 ])
 def test_rule_reasons_by_script(text, lang, reason):
     assert rules.check(text, lang) == reason
