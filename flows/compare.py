@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from flows.commands import command_env, dvc
+from stages.common.runtime.params import read_params
 
 # (column, stage, key in the stage's headline metrics, which way is better: -1 lower, +1 higher, 0 neither)
 FIGURES: tuple[tuple[str, str, str, int], ...] = (
@@ -43,7 +42,7 @@ class Run:
 
 def metrics_paths(root: Path) -> dict[str, str]:
     """stage -> its headline metrics file, from params.yaml (`<stage>.metrics_path`)."""
-    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
+    params = read_params(root / "params.yaml")
     return {stage: params[stage]["metrics_path"] for _, stage, _, _ in FIGURES
             if isinstance(params.get(stage), dict) and params[stage].get("metrics_path")}
 

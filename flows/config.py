@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from stages.common.runtime.params import from_dict, read_params
+from stages.common.runtime.params import from_dict, load_yaml, read_params
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace
 WORKSPACE_ENV = "REFINERY_WORKSPACE"  # set by `flows.serve --workspace`; never a flow run parameter
@@ -89,7 +87,7 @@ def load_config(workspace: Path) -> FlowsConfig:
     path = workspace / CONFIG_PATH
     if not path.is_file():
         path = Path(__file__).resolve().parent / CONFIG_PATH.name
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = load_yaml(path, "flows config") or {}
     return from_dict(FlowsConfig, data, prefix=f"{CONFIG_PATH}:")
 
 

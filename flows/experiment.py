@@ -25,6 +25,8 @@ from dvc.utils.hydra import apply_overrides
 
 from flows.commands import CommandFailed, dvc, run
 from flows.graph import StageInfo
+from flows.validation import check_override_sizes
+from stages.common.runtime.params import shorten, shown
 
 Log = logging.Logger | logging.LoggerAdapter
 
@@ -121,12 +123,15 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def set_params(exp_dir: Path, overrides: list[str]) -> None:
     """Apply `--set-param` overrides (`section.key=value`, Hydra syntax) to the worktree's params.yaml,
-    with the code `dvc exp run --set-param` uses (comments and layout are kept)."""
+    with the code `dvc exp run --set-param` uses (comments and layout are kept). Their number and length are
+    checked first: DVC parses them with Hydra, whose time grows with the square of an override's length."""
+    check_override_sizes(overrides)
     try:
         apply_overrides(exp_dir / "params.yaml", list(overrides))
     except InvalidArgumentError as e:
         # DVC's message alone ("Invalid `--set-param` value") does not say which one or why.
-        raise ValueError(f"invalid parameter override(s) {list(overrides)}: {e.__cause__ or e}") from e
+        raise ValueError(f"invalid parameter override(s) {shown(list(overrides))}: "
+                         f"{shorten(' '.join(str(e.__cause__ or e).split()), 200)}") from e
 
 
 def save_experiment(exp_dir: Path, name: str, stages: list[StageInfo], log: Log) -> None:

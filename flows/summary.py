@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from stages.common.runtime.params import read_params
 
 TIERS = ("easy", "medium", "hard")
 STALE = "(stale)"  # beside a figure whose stage `dvc repro` would rerun
@@ -126,7 +126,7 @@ def stale_stages_of(root: Path) -> frozenset[str]:
 def summary_text(root: Path, stale: frozenset[str] = frozenset()) -> str:
     """The summary; figures of the stages in `stale` are marked as such."""
     root = Path(root)
-    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
+    params = read_params(root / "params.yaml")
     plot = params.get("export", {}).get("plot_path")
     rows: list[dict[str, str]] = []
     if plot and (root / plot).is_file():

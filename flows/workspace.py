@@ -27,10 +27,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from flows.commands import command_env, dvc, run
 from flows.config import ROOT
+from stages.common.runtime.params import parse_yaml
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "template"
 PLOT_TEMPLATES = ROOT / "stages" / "plots"  # package data of `stages`, beside `flows` in a checkout or a wheel
@@ -233,7 +232,7 @@ def own_data_params(shipped: str) -> str:
 
 def plot_templates(dvc_yaml: str) -> list[str]:
     """The template files a dvc.yaml's plots name."""
-    return sorted({t for plot in yaml.safe_load(dvc_yaml).get("plots") or [] for spec in plot.values()
+    return sorted({t for plot in parse_yaml(dvc_yaml, "dvc.yaml").get("plots") or [] for spec in plot.values()
                    if isinstance(spec, dict) and (t := spec.get("template"))})
 
 
@@ -310,7 +309,7 @@ def init_workspace(root: Path) -> None:
     if not (root / CORPUS_DIR).exists():  # a folder of yours is left as it is
         _write_new(root / CORPUS_DIR / "README.md", CORPUS_README)
     if not (root / "labels" / "README.md").exists():
-        _write_new(root / "labels" / "README.md", labels_readme(yaml.safe_load(params)))
+        _write_new(root / "labels" / "README.md", labels_readme(parse_yaml(params, "params.yaml")))
     _gitignore(root / ".gitignore")
     _write_new(root / "params.yaml", params)
     _write_new(root / "dvc.yaml", dvc_yaml)  # last: a run that fails before here can be repeated

@@ -570,7 +570,7 @@ def run(params: Params) -> dict[str, Any]:
     eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(params.tokenizer_dir))
     vocab_size = tokenizer.get_vocab_size()
     seconds: dict[str, float] = {}
-    with atomic_dir(params.out_dir) as out, atomic_dir(params.model_dir) as model_out:
+    with atomic_dir(params.out_dir, stage=STAGE) as out, atomic_dir(params.model_dir, stage=STAGE) as model_out:
         scratch = out / "_scratch"
         t0 = time.perf_counter()
         corpus = tokenize_corpus(params, tokenizer, eos_id, scratch)

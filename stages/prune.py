@@ -186,7 +186,7 @@ def run(params: Params) -> dict[str, Any] | None:
     student = copy.deepcopy(teacher)
     for p in student.parameters():
         p.requires_grad_(True)
-    with atomic_dir(params.out_dir) if env.is_main else contextlib.nullcontext() as out:
+    with atomic_dir(params.out_dir, stage=STAGE) if env.is_main else contextlib.nullcontext() as out:
         for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
             t0 = time.perf_counter()
             windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(device)

@@ -190,7 +190,7 @@ def run(params: Params) -> dict[str, Any] | None:
             metrics["qat.kl_last"] = round(float(np.mean([h["kl"] for h in history[-5:]])), 4)
         for name in ("ptq", "qat"):
             metrics[f"{name}.val_ppl_ratio"] = round(metrics[f"{name}.val_ppl.all"] / metrics["fp32.val_ppl.all"], 4)
-        with atomic_dir(params.out_dir) as out:
+        with atomic_dir(params.out_dir, stage=STAGE) as out:
             for name, model in (("ptq", ptq), ("qat", qat)):
                 save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
                 save_quant_state(model, params.scheme, out / name / QUANT_NAME)

@@ -169,7 +169,7 @@ def run(params: Params) -> dict[str, Any]:
 
     label_texts = [encoder.clip(r["text"]) for r in labels]
     label_keys = [xxhash.xxh3_128_digest(r["text"].encode()) for r in labels]
-    with atomic_dir(params.out_dir) as tmp:
+    with atomic_dir(params.out_dir, stage=STAGE) as tmp:
         writer = None
         for chunk in read_chunks(params.docs_dir, params.chunk_docs, encoder.clip):
             num_labels = len(labels) if writer is None else 0  # the labels go with the first chunk

@@ -187,7 +187,7 @@ def run(params: Params) -> dict[str, Any]:
     })
     config = {"classes": classes, "heads": sorted(heads), "pooled": POOLED, "embedding_dim": embeddings.shape[1],
               "ngrams": dataclasses.asdict(params.ngrams)}
-    with atomic_dir(params.out_dir) as tmp:
+    with atomic_dir(params.out_dir, stage=STAGE) as tmp:
         save_file(tensors, str(tmp / "head.safetensors"))
         (tmp / "head.json").write_text(json.dumps(config, indent=2) + "\n")
         pq.write_table(validation, tmp / "validation.parquet")

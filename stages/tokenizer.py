@@ -131,7 +131,7 @@ def run(params: Params) -> dict[str, Any]:
     tokenizer = bpe.train_bpe(iter(texts), params.vocab_size, params.min_frequency, params.eos_token,
                               params.pad_token, params.extra_special_tokens)
     train_seconds = time.perf_counter() - start
-    with atomic_dir(params.out_dir) as tmp:
+    with atomic_dir(params.out_dir, stage=STAGE) as tmp:
         bpe.save(tokenizer, tmp, params.eos_token, params.pad_token)
 
     metrics: dict[str, Any] = {

@@ -239,7 +239,7 @@ def run(params: Params) -> dict[str, Any] | None:
                 params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
     metrics = None
     if env.is_main:
-        with atomic_dir(params.model_dir) as out:  # from the final checkpoint, saved by fit() at the end
+        with atomic_dir(params.model_dir, stage=STAGE) as out:  # from the final checkpoint, saved by fit() at the end
             checkpoint.consolidate(root / f"step_{trainer.step:08d}", cfg, out / CHECKPOINT_NAME)
         metrics = summarize(trainer, params, parallel, precision, env.world_size, num_params, resumed_from,
                             time.perf_counter() - started)

@@ -50,7 +50,7 @@ def write(docs: list[Doc], params: Params) -> tuple[list[Doc], int, int]:
     n, k = len(docs), params.num_shards
     labels: list[dict[str, Any]] = [d.label(WARC_NAME, i + 1) for i, d in enumerate(warc_docs)]
     raw_size = gz_size = 0
-    with atomic_dir(params.out_dir) as tmp:
+    with atomic_dir(params.out_dir, stage=STAGE) as tmp:
         if warc_docs:
             (tmp / WARC_NAME).write_bytes(warc)  # sorts before the shards: the stream starts with it
         for s in range(k):

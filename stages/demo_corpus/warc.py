@@ -5,7 +5,7 @@ Which documents: `warc_docs` html pages, evenly spread over the stream, that are
 a duplicate nor the original of one (their id changes to the WARC record id, which no duplicate label
 could follow). Each becomes a request record and an HTTP 200 `text/html; charset=utf-8` response; three
 of them are served as records `clean` must quarantine, labelled `malformed` (`WARC_MALFORMED`): as a PDF
-(`warc_not_html`), as a 404 page (`http_status_404`) and cut short with `WARC-Truncated: length`
+(`warc_not_html`), as a 404 page (`http_status_4xx`) and cut short with `WARC-Truncated: length`
 (`warc_truncated`). A warcinfo record comes first.
 
 Deterministic: record ids are UUIDs hashed from the seed and the record's position, dates fixed, each
@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from stages.demo_corpus.records import Doc
 
 WARC_NAME = "crawl-00000.warc.gz"
-WARC_MALFORMED = ("warc_not_html", "http_status_404", "warc_truncated")
+WARC_MALFORMED = ("warc_not_html", "http_status_4xx", "warc_truncated")
 _START = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 _FAKE_PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
 
@@ -76,7 +76,7 @@ def build(docs: list[Doc], seed: int, warc_docs: int) -> tuple[bytes, list[Doc],
         malformed = broken.get(i)
         if malformed == "warc_not_html":
             block, extra = _http("200 OK", "application/pdf", _FAKE_PDF), ()
-        elif malformed == "http_status_404":
+        elif malformed == "http_status_4xx":
             block, extra = _http("404 Not Found", "text/html; charset=utf-8", body), ()
         elif malformed == "warc_truncated":
             block, extra = _http("200 OK", "text/html; charset=utf-8", body[:len(body) // 2], len(body)), \

@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from flows.config import FlowsConfig, UnresolvedReference, load_config, resolve,
 from flows.experiment import link_uncached_outputs
 from flows.graph import StageInfo, changed_deps, stage_outcome, stale_stages, status_json
 from flows.registry import Evaluation, decide, evaluate_command
-from flows.validation import check_experiment_name, check_overrides, looks_like_path, names_location
+from flows.validation import (MAX_OVERRIDE_BYTES, MAX_OVERRIDES, MAX_OVERRIDES_BYTES, check_experiment_name,
+                              check_overrides, looks_like_path, names_location)
 from tests.conftest import ROOT
 
 
@@ -222,6 +224,31 @@ def test_overrides_refused_name_the_override_and_why(override: str, reason: str)
     with pytest.raises(ValueError, match=re.escape(reason)) as refused:
         check_overrides(["train.max_steps=50", override], PARAMS)
     assert str(refused.value).startswith(f"set_params {override!r}") and "\n" not in str(refused.value)
+
+
+def test_too_many_or_too_long_overrides_are_refused_before_any_is_parsed():
+    for overrides, message in [
+        (["train.max_steps=50"] * 100_000, "set_params: 100,000 overrides (the profile's included); at most 200"),
+        (["train.languages=[" + ",".join(["en"] * 100_000) + "]"], "bytes; one override may be at most 1,024"),
+        (["train.languages=[" + ",".join(["en"] * 300) + "]"] * 20, "longer than the 8,192 bytes allowed in all"),
+        ("train.max_steps=50", "set_params must be a list"),
+        ([50], "set_params 50: each override must be a string")]:
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=re.escape(message)) as refused:
+            check_overrides(overrides, PARAMS)
+        assert time.perf_counter() - start < 0.1 and len(str(refused.value)) < 200
+    with pytest.raises(ValueError, match=r"^set_params 'train.languages=\[\[\[.*\u2026 does not parse"):
+        check_overrides(["train.languages=" + "[" * 500 + "]" * 500], PARAMS)  # deeper than Python's stack
+
+
+def test_overrides_at_the_bounds_are_checked_in_well_under_a_second():
+    """Hydra's parser is quadratic in one override's length: the bounds keep the worst case short."""
+    longest = "train.languages=[" + ",".join(["en"] * ((MAX_OVERRIDE_BYTES - 18) // 3)) + "]"
+    assert len(longest) <= MAX_OVERRIDE_BYTES
+    for overrides in (["train.max_steps=50"] * MAX_OVERRIDES, [longest] * (MAX_OVERRIDES_BYTES // len(longest))):
+        start = time.perf_counter()
+        check_overrides(overrides, PARAMS)
+        assert time.perf_counter() - start < 1
 
 
 def test_the_location_rule():

@@ -1,10 +1,16 @@
 """Atomic outputs: write to a temporary sibling, then rename into place.
 
 A reader (or DVC) never sees a half-written file or folder. A folder output gets a `_SUCCESS`
-marker as its last file; consumers treat a folder without it as incomplete.
+marker as its last file; consumers treat a folder without it as incomplete. A stage's marker names it,
+`{"stage": "clean"}`; the executor's shards (and training checkpoints) leave it empty.
 
-A stage replaces or deletes only folders it made: an output folder with its marker, a work folder with its
-fingerprint (stages.common.runtime.executor), or an empty folder. `check_owned_paths`, called first in each stage's
+A stage replaces or deletes only folders it made: an output folder whose marker names it, a work folder
+with its fingerprint (stages.common.runtime.executor), or an empty folder. A folder whose marker names
+another stage is refused (a params mistake such as `clean.out_dir: data/raw/demo` would otherwise replace
+the raw corpus). An empty marker names no stage: written by a version before markers named their stage, it
+stays replaceable by any stage, or every existing output would have to be deleted by hand after an
+upgrade; the next run of its stage names it (a DVC pipeline reruns every stage after an upgrade, since
+each lists this file as a dependency). `check_owned_paths`, called first in each stage's
 `run`, refuses inputs that do not exist, any other existing folder and output folders that overlap the
 stage's inputs (local ones: a URL cannot overlap a folder), each other, the working directory or `data/`,
 before anything runs (a `ConfigError`: the stage command prints it as one line). The temporary siblings a
@@ -26,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from stages.common.runtime.check import input_exists, missing_input
-from stages.common.runtime.params import ConfigError
+from stages.common.runtime.params import ConfigError, shown
 from stages.common.runtime.storage import is_url
 
-SUCCESS_MARKER = "_SUCCESS"
+SUCCESS_MARKER = "_SUCCESS"  # an output folder's, written last: {"stage": the stage that wrote it}
 WORK_MARKER = "_FINGERPRINT"  # a work folder's: the digest of what its shards were computed from
 WORK_LOCK = "_LOCK"  # a work folder's: held (flock) by the run using it, which it names
 
@@ -63,16 +69,47 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-def check_replaceable(path: str | Path, marker: str, key: str, ignore: frozenset[str] = frozenset()) -> None:
+def write_marker(folder: Path, stage: str | None) -> None:
+    """`folder`'s `_SUCCESS` marker, naming `stage` (None: no stage, an empty marker)."""
+    (folder / SUCCESS_MARKER).write_text(json.dumps({"stage": stage}) + "\n" if stage else "", encoding="utf-8")
+
+
+def marker_stage(folder: str | Path) -> str | None:
+    """The stage that `folder`'s `_SUCCESS` marker names; None for an empty marker. ValueError for content
+    no version of this code writes."""
+    with open(Path(folder) / SUCCESS_MARKER, "rb") as f:
+        data = f.read(4096)  # a marker is a few bytes: more is not one of ours
+    if not data.strip():
+        return None
+    try:
+        content = json.loads(data)
+    except ValueError:
+        content = None
+    stage = content.get("stage") if isinstance(content, dict) else None
+    if not isinstance(stage, str) or not stage:
+        raise ValueError(f"its {SUCCESS_MARKER} is not a completion marker this code writes")
+    return stage
+
+
+def check_replaceable(path: str | Path, marker: str, key: str, ignore: frozenset[str] = frozenset(),
+                      stage: str | None = None) -> None:
     """ConfigError unless `path` is absent, an empty folder, or a folder holding `marker` (entries named in
-    `ignore` do not count as content)."""
+    `ignore` do not count as content) that, for `_SUCCESS`, names no stage or `stage` itself."""
     path = Path(path)
     if not os.path.lexists(path):
         return
-    if path.is_dir() and ((path / marker).is_file() or all(e.name in ignore for e in path.iterdir())):
+    if not (path.is_dir() and ((path / marker).is_file() or all(e.name in ignore for e in path.iterdir()))):
+        raise ConfigError(f"refusing to replace {path}: it exists and was not created by this stage; "
+                          f"remove it or pick another {key}")
+    if marker != SUCCESS_MARKER or not (path / marker).is_file():
         return
-    raise ConfigError(f"refusing to replace {path}: it exists and was not created by this stage; "
-                     f"remove it or pick another {key}")
+    try:
+        owner = marker_stage(path)
+    except ValueError as e:
+        raise ConfigError(f"refusing to replace {path}: {e}; remove it or pick another {key}") from None
+    if owner is not None and owner != stage:
+        raise ConfigError(f"refusing to replace {path}: it is the output of stage {shown(owner)}"
+                          + (f", not of {stage!r}" if stage else "") + f"; pick another {key}")
 
 
 def _remove_leftovers(path: Path) -> None:
@@ -97,11 +134,12 @@ def _remove_leftovers(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path, key: str = "output folder") -> Iterator[Path]:
-    """Yield a fresh temporary folder; on success write the marker and swap it in for `path`. An existing
-    `path` is replaced only if it is empty or has the marker (ConfigError naming `key` otherwise)."""
+def atomic_dir(path: str | Path, key: str = "output folder", stage: str | None = None) -> Iterator[Path]:
+    """Yield a fresh temporary folder; on success write the marker naming `stage` (a stage's output; None: a
+    shard or other folder of no stage) and swap it in for `path`. An existing `path` is replaced only if it
+    is empty or has a marker naming no stage or `stage` (ConfigError naming `key` otherwise)."""
     path = Path(path)
-    check_replaceable(path, SUCCESS_MARKER, key)
+    check_replaceable(path, SUCCESS_MARKER, key, stage=stage)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -109,7 +147,7 @@ def atomic_dir(path: str | Path, key: str = "output folder") -> Iterator[Path]:
     fcntl.flock(lock, fcntl.LOCK_EX)  # released when this process ends, however it ends
     try:
         yield tmp
-        (tmp / SUCCESS_MARKER).write_text("")
+        write_marker(tmp, stage)
         _publishable(tmp, 0o777)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -140,7 +178,7 @@ def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Map
     """For the start of a stage's `run`, before any work: ConfigError naming the param when an input does
     not exist, or when an output folder (`outputs`: published with `atomic_dir`; `work`: a WorkDir) is the
     working directory, contains it, is `data/`, overlaps an input or another output, or exists without
-    this stage's marker. Empty input params ("": not used) are skipped."""
+    a marker, or with one naming another stage. Empty input params ("": not used) are skipped."""
     for key, path in inputs.items():
         if str(path) and not input_exists(path):
             raise ConfigError(missing_input(stage, key, str(path)))
@@ -163,7 +201,7 @@ def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Map
         if key in work:
             check_replaceable(folder, WORK_MARKER, f"{stage}.{key}", frozenset({WORK_LOCK}))
         else:
-            check_replaceable(folder, SUCCESS_MARKER, f"{stage}.{key}")
+            check_replaceable(folder, SUCCESS_MARKER, f"{stage}.{key}", stage=stage)
 
 
 def write_json(path: str | Path, data: Any) -> None:

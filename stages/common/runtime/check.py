@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from stages.common.runtime.params import ConfigError, from_dict, read_params
+from stages.common.runtime.params import ConfigError, from_dict, load_yaml, read_params, shorten, shown
 from stages.common.runtime.storage import exists as storage_exists
 from stages.common.runtime.storage import is_url, redact
 
 REFERENCE_RE = re.compile(r"\$\{([^}]+)\}")
 STAGE_MODULE_RE = re.compile(r"python -m (stages(?:\.\w+)+)(?:\s|$)")
+ERROR_CHARS = 1000  # the most of one error line (an unknown key lists the known ones): a long value is cut
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def read_dvc_stages(root: Path) -> list[DvcStage]:
     path = root / "dvc.yaml"
     if not path.is_file():
         raise ConfigError(f"{root}: no dvc.yaml here; run in a Refinery workspace or pass --root")
-    spec = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    spec = load_yaml(path, "dvc.yaml") or {}
     stages = spec.get("stages") if isinstance(spec, dict) else None
     if not isinstance(stages, dict):
         raise ConfigError(f"{path}: no `stages` mapping")
@@ -133,8 +132,8 @@ def missing_input(stage: str, key: str, path: str, root: Path | None = None) -> 
     return f"{message} and no stage in dvc.yaml makes it"
 
 
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
+def _one_line(error: Exception | str) -> str:
+    return shorten(" ".join(str(error).split()), ERROR_CHARS)
 
 
 def check_stage_params(stage: DvcStage, params: Mapping[str, Any], params_path: Path) -> str | None:
@@ -147,7 +146,7 @@ def check_stage_params(stage: DvcStage, params: Mapping[str, Any], params_path: 
     if section not in params:
         return f"{params_path}: missing section {section!r} (read by stage {stage.name!r})"
     if not isinstance(params[section] or {}, Mapping):
-        return f"param {section!r}: expected a mapping, got {params[section]!r}"
+        return f"param {section!r}: expected a mapping, got {shown(params[section])}"
     try:
         built = from_dict(params_cls, params[section] or {}, prefix=f"{section}.")
         processes = getattr(module, "processes", None)  # stages that launch torchrun: their process count
@@ -227,7 +226,7 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
     for section in params:
         if section not in read:
             close = difflib.get_close_matches(section, read, n=1)
-            errors.append(f"unknown section {section!r} in {params_path} ("
+            errors.append(f"unknown section {shown(section)} in {params_path} ("
                           + (f"did you mean {close[0]!r}? " if close else "")
                           + f"the stages read: {', '.join(sorted(read))})")
     for stage in stages:
@@ -255,7 +254,7 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
         errors += data_errors
         for note in notes:
             print(note)
-    return errors
+    return [_one_line(error) for error in errors]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -154,7 +154,7 @@ class FilterStage(ABC):
         p = self.params
         work = WorkDir(p.work_dir, fingerprint(p, input_files, sys.modules[type(self).__module__]))
         in_flight: deque[list[Any]] = deque()  # the documents of the shards handed out, in order
-        with atomic_dir(p.out_dir) as tmp:
+        with atomic_dir(p.out_dir, stage=self.name) as tmp:
             docs = PartWriter(tmp / "docs", self.doc_schema, p.rows_per_part)
             quarantine = PartWriter(tmp / "quarantine", QUARANTINE_SCHEMA, p.rows_per_part)
             shards = map_shards(_decide_shard, self._payloads(in_flight), work, p.executor, p.address,

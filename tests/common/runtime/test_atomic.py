@@ -1,7 +1,9 @@
 """Stages replace or delete only what they made: output folders with their marker, work folders with their
 fingerprint, empty folders; never an input, the working directory or `data/`."""
 import dataclasses
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stages import clean
-from stages.common.runtime.atomic import SUCCESS_MARKER, atomic_dir, check_owned_paths
+from stages.common.runtime.atomic import SUCCESS_MARKER, atomic_dir, check_owned_paths, is_complete, marker_stage
 from stages.common.runtime.executor import WorkDir
 from tests.stages.test_clean import corpus, make_params
 
@@ -37,6 +39,72 @@ def test_own_output_and_empty_folders_are_replaced(tmp_path):
             (tmp / "value").write_text(value)
         assert (target / "value").read_text() == value and (target / SUCCESS_MARKER).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_the_marker_names_the_stage_and_another_stages_output_is_refused(tmp_path):
+    target = tmp_path / "raw"
+    with atomic_dir(target, "demo_corpus.out_dir", stage="demo_corpus") as tmp:
+        (tmp / "part-0.jsonl").write_text("{}\n")
+    assert json.loads((target / SUCCESS_MARKER).read_text()) == {"stage": "demo_corpus"}
+    refused = (rf"^refusing to replace {re.escape(str(target))}: it is the output of stage 'demo_corpus', "
+               r"not of 'clean'; pick another clean.out_dir$")
+    with pytest.raises(ValueError, match=refused):
+        check_owned_paths("clean", {}, {"out_dir": target})
+    with pytest.raises(ValueError, match=refused):
+        with atomic_dir(target, "clean.out_dir", stage="clean"):
+            pass
+    with pytest.raises(ValueError, match="it is the output of stage 'demo_corpus'; pick another output folder$"):
+        with atomic_dir(target):  # a writer of no stage (the executor's shards) may not replace it either
+            pass
+    assert sorted(p.name for p in target.iterdir()) == [SUCCESS_MARKER, "part-0.jsonl"]
+    check_owned_paths("demo_corpus", {}, {"out_dir": target})
+    with atomic_dir(target, stage="demo_corpus") as tmp:  # its own stage replaces it
+        (tmp / "part-1.jsonl").write_text("{}\n")
+    assert sorted(p.name for p in target.iterdir()) == [SUCCESS_MARKER, "part-1.jsonl"]
+
+
+def test_an_empty_marker_of_an_older_run_is_replaced_and_then_named(tmp_path):
+    """Markers were empty before they named their stage: such an output (or a shard's) names no stage, and
+    stays replaceable, or every output would have to be removed by hand after an upgrade."""
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / SUCCESS_MARKER).write_text("")
+    assert marker_stage(target) is None and is_complete(target)
+    check_owned_paths("clean", {}, {"out_dir": target})
+    with atomic_dir(target, stage="clean"):
+        pass
+    assert marker_stage(target) == "clean"
+    with atomic_dir(tmp_path / "shard") as tmp:  # a shard: no stage, an empty marker, complete
+        pass
+    assert (tmp_path / "shard" / SUCCESS_MARKER).read_text() == "" and is_complete(tmp_path / "shard")
+
+
+@pytest.mark.parametrize("content", ["not json", '{"stage": 3}', "[]", '{"stage": ""}', "x" * 10_000])
+def test_a_marker_this_code_does_not_write_is_refused(tmp_path, content):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / SUCCESS_MARKER).write_text(content)
+    with pytest.raises(ValueError, match=r"^refusing to replace .*out: its _SUCCESS is not a completion marker "
+                                         r"this code writes; remove it or pick another x.out_dir$"):
+        check_owned_paths("x", {}, {"out_dir": target})
+
+
+def test_clean_never_replaces_the_raw_corpus_the_demo_corpus_stage_wrote(tmp_path):
+    """`clean.out_dir: data/raw/demo`: the demo corpus stage's output, named by its marker, is kept."""
+    from stages.demo_corpus import stage as demo_corpus
+
+    demo = demo_corpus.Params(warc_docs=0, out_dir=str(tmp_path / "data" / "raw" / "demo"),
+                              labels_path=str(tmp_path / "labels.jsonl"),
+                              semantic_labels_path=str(tmp_path / "semantic.jsonl"),
+                              metrics_path=str(tmp_path / "m.json"), detail_path=str(tmp_path / "d.json"))
+    demo_corpus.write([], demo)  # its writer, without building records (half a minute)
+    assert marker_stage(demo.out_dir) == "demo_corpus"
+    before = {p.name: p.read_bytes() for p in Path(demo.out_dir).iterdir()}
+    params = dataclasses.replace(make_params(tmp_path, corpus(tmp_path), num_workers=1), out_dir=demo.out_dir)
+    with pytest.raises(ValueError, match=r"it is the output of stage 'demo_corpus', not of 'clean'; "
+                                         r"pick another clean.out_dir$"):
+        clean.run(params)
+    assert {p.name: p.read_bytes() for p in Path(demo.out_dir).iterdir()} == before
 
 
 def test_leftovers_of_a_killed_run_are_removed_but_not_a_live_runs(tmp_path):

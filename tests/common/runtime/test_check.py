@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stages.common.runtime.check import check_workspace, input_exists, missing_input
+from stages.common.runtime.check import ERROR_CHARS, check_workspace, input_exists, missing_input
 from tests.conftest import ROOT
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -104,6 +104,22 @@ def test_no_params_file_or_pipeline_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {tmp_path}: no dvc.yaml here")
 
 
+def test_an_anchor_bomb_or_a_duplicate_key_is_one_line(tmp_path):
+    """A params file of nested aliases (10^9 items once expanded) is refused as it is read, in one line."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+                    + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
+                    + "report:\n  title: *a9\n")
+    duplicate = tmp_path / "duplicate.yaml"
+    duplicate.write_text("report:\n  title: a\n  title: b\n")
+    for path, message in [(bomb, f"{bomb}:2:10: alias *a0 stands for a mapping or list"),
+                          (duplicate, f"{duplicate}:3:3: key 'report.title' appears twice")]:
+        proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--params", str(path)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}"), proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+
+
 def test_a_pipeline_of_other_commands_checks_its_raw_inputs(tmp_path):
     """Stages that are not `python -m stages.*` (the flows' tests use such pipelines): their sections are
     only required to be read by some stage, and what no stage makes must exist."""
@@ -116,6 +132,9 @@ def test_a_pipeline_of_other_commands_checks_its_raw_inputs(tmp_path):
     assert check_workspace(tmp_path) == ["param 'count.raw': raw does not exist and no stage in dvc.yaml makes it"]
     (tmp_path / "raw").mkdir()
     assert check_workspace(tmp_path) == []
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"count": {"raw": "r" * 100_000, "n": 3}}))
+    [error] = check_workspace(tmp_path)  # a line naming a value: cut short
+    assert error.startswith("param 'count.raw': rrr") and len(error) == ERROR_CHARS and error.endswith("\u2026")
 
 
 def test_a_missing_input_names_the_stage_that_makes_it(workspace, monkeypatch):

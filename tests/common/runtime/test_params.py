@@ -2,6 +2,9 @@ import dataclasses
 import importlib
 import json
 import math
+import re
+import time
+import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +14,8 @@ import yaml
 from stages import clean, perplexity, prune, semantic_embed, semantic_head, tokenizer, train
 from stages.common.lm.token_shards import read_manifest
 from stages.common.runtime.cli import stage_main
-from stages.common.runtime.params import from_dict, load_section, param, validate
+from stages.common.runtime.params import (MAX_ALIASES, MAX_PARAMS_BYTES, SHOWN_CHARS, ConfigError, from_dict,
+                                          load_section, param, read_params, validate)
 from stages.common.text.dedup import DedupParams
 from stages.common.training.optim import OptimParams
 
@@ -224,6 +228,78 @@ def test_invalid_params_stop_the_stage_before_it_runs(tmp_path, capsys):
 def test_a_malformed_params_file_is_one_line(tmp_path, text, message):
     with pytest.raises(ValueError, match=message):
         load_section("clean", clean.Params, write_params(tmp_path, text))
+
+
+# ---- hostile params files: one line, fast, bounded memory ----
+
+def anchor_bomb(key: str) -> str:
+    """A "billion laughs": nine levels of aliases, each standing for ten of the level below (10^9 leaves)."""
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    section, name = key.split(".")
+    return "\n".join(lines) + f"\n{section}:\n  {name}: *a9\n"
+
+
+@pytest.mark.parametrize("section, cls, key", [("report", None, "report.title"),
+                                               ("clean", clean.Params, "clean.languages")])
+def test_an_anchor_bomb_is_refused_fast_in_bounded_memory(tmp_path, section, cls, key):
+    path = write_params(tmp_path, anchor_bomb(key))
+    tracemalloc.start()
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        load_section(section, cls, path) if cls else read_params(path)
+    seconds, (_, peak) = time.perf_counter() - start, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert str(e.value) == (f"{path}:2:10: alias *a0 stands for a mapping or list; an alias may only repeat a "
+                            "single value")
+    assert seconds < 1 and peak < 16 << 20
+
+
+def test_an_alias_of_a_single_value_is_kept_and_their_number_bounded(tmp_path):
+    assert read_params(write_params(tmp_path, "a: &x data/docs\nb: {c: *x}\n")) == {"a": "data/docs",
+                                                                                    "b": {"c": "data/docs"}}
+    many = "a: &x 1\n" + "".join(f"b{i}: *x\n" for i in range(MAX_ALIASES + 1))
+    with pytest.raises(ConfigError, match=rf"params\.yaml:{MAX_ALIASES + 2}:\d+: more than {MAX_ALIASES} aliases"):
+        read_params(write_params(tmp_path, many))
+
+
+@pytest.mark.parametrize("text, key, line", [
+    ("report:\n  title: a\n  title: b\n", "report.title", 3),
+    ("train: {max_steps: 1}\ntrain: {max_steps: 2}\n", "train", 2),
+    ("clean:\n  sources:\n    - {path: a, format: jsonl, format: csv}\n", "clean.sources[0].format", 3),
+])
+def test_a_duplicate_key_is_one_line_naming_it(tmp_path, text, key, line):
+    path = write_params(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        read_params(path)
+    assert str(e.value).startswith(f"{path}:{line}:") and f"key '{key}' appears twice" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_an_oversize_or_deep_or_binary_file_is_refused(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_bytes(b"report: {title: '" + b"x" * MAX_PARAMS_BYTES + b"'}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: larger than 1024 KiB, the most a params file"):
+        read_params(path)
+    path.write_text("a: " + "[" * 10_000 + "]" * 10_000 + "\n")  # deeper than Python's stack
+    with pytest.raises(ConfigError, match=r"params\.yaml:1:\d+: nested deeper than 32 levels$"):
+        read_params(path)
+    path.write_bytes(b"a: \xff\n")
+    with pytest.raises(ConfigError, match=r"params\.yaml: not UTF-8 text \(byte 3\)$"):
+        read_params(path)
+
+
+@pytest.mark.parametrize("text, start, filler", [
+    ("clean: {languages: '" + "x" * 10_000 + "'}", "param 'clean.languages': expected a list, got 'xxxx", "x"),
+    ("clean: {languages: ['" + "x" * 10_000 + "']}", "param 'clean.languages[0]': must be one of ", "x"),
+    ("clean: {seed: [" + "1, " * 1_000 + "]}", "param 'clean.seed': expected an integer, got [1, 1, 1", "1, "),
+    ("clean: {" + "k" * 1_000 + ": 1}", "unknown param 'clean.kkkk", "k"),  # PyYAML: keys up to 1024
+    ("clean: {seed: " + "9" * 5_000 + "}", "params.yaml: not valid YAML (Exceeds the limit", "9"),
+])
+def test_a_long_value_is_cut_short_in_the_message(tmp_path, text, start, filler):
+    message = load_error(tmp_path, "clean", clean.Params, text)
+    assert start in message and filler * (SHOWN_CHARS // len(filler)) not in message
+    assert "\u2026" in message or "..." in message
 
 
 def test_a_missing_params_file_is_one_line(tmp_path):
