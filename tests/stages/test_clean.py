@@ -393,7 +393,7 @@ def test_warc_input_keeps_html_pages_with_url_date_and_record_id(tmp_path):
     assert en["text"].startswith("The river runs") and "Home | About" not in en["text"]  # HTML to text
     assert "café" in by_url["http://a.example/latin1"]["text"]
     reasons = sorted(q["reason"] for q in quarantine)
-    assert reasons == ["dedup:near", "invalid:http_status_404", "invalid:warc_not_html",
+    assert reasons == ["dedup:near", "invalid:http_status_4xx", "invalid:warc_not_html",
                        "invalid:warc_truncated", "invalid:warc_truncated"]  # /gz is /en with one word changed
     detail = json.loads(Path(params.detail_path).read_text())
     assert {k: v for k, v in detail.items() if k.startswith("warc_skipped.")} == {
@@ -519,7 +519,7 @@ def test_sources_read_a_mixed_folder_each_with_its_own_fields(tmp_path):
     assert by_source["crawl"]["url"].startswith("https://crawl.example/") and by_source["articles"]["date"] == "2026-11-30"
     assert by_source["export"]["file"].endswith("part-0.parquet")
     assert sorted((q["source"], q["reason"]) for q in quarantine) == [
-        ("articles", "lang:de"), ("crawl", "invalid:http_status_404"), ("crawl", "invalid:warc_not_html"),
+        ("articles", "lang:de"), ("crawl", "invalid:http_status_4xx"), ("crawl", "invalid:warc_not_html"),
         ("export", "invalid:non_string_text")]  # the row whose content is null
     assert not any(q["reason"] == "invalid:missing_text" for q in quarantine)
 

@@ -136,4 +136,4 @@ def test_every_format_reads_the_same_from_a_bucket_as_from_disk(tmp_path, s3_ser
     assert runs[0] == runs[1]
     docs, quarantine, num_read = runs[1]
     assert {"c1", "a1", "a2"} <= {d["id"] for d in docs} and any(d["url"] for d in docs)
-    assert {"invalid:csv_fields", "invalid:http_status_404", "lang:de"} <= {q["reason"] for q in quarantine}
+    assert {"invalid:csv_fields", "invalid:http_status_4xx", "lang:de"} <= {q["reason"] for q in quarantine}

@@ -6,8 +6,9 @@ Reading is split in two so that a bad record never stops a stage and parsing run
 in a deterministic order; `parse_raw` turns one into a `Record` or a `Rejection` with a reason, taking
 the text, the id and the kept fields from where `FieldMap` says (dotted paths reach into nested objects).
 
-What a reader holds per record is bounded: a line or text file longer than `max_record_bytes` is kept
-only as its first bytes (enough for the quarantine row) and the rest is read past in chunks. A file
+What a reader holds per record is bounded: a line, text file or WARC record longer than `max_record_bytes`
+is kept only as its first bytes (enough for the quarantine row) and the rest is read past in chunks; a
+Parquet or Arrow row over it is converted only as far as that, its cells measured in the Arrow buffers. A file
 that is corrupt or ends early (a cut `.gz` or `.zst`) stops the run with an `InputError` naming the
 file and where, rather than passing on part of it as if it were whole.
 """
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import glob
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
@@ -190,13 +194,12 @@ def save_to_disk_order(files: list[str]) -> list[str]:
     if not folders:
         return files
     parents = {os.path.dirname(folder) for folder in folders}
-    ordered: dict[str, list[str]] = {}
-    for folder in folders:
-        with open_input(os.path.join(folder, SAVE_TO_DISK_STATE)) as f:
-            names = [entry["filename"] for entry in json.load(f).get("_data_files", [])]
-        ordered[folder] = [os.path.join(folder, name) for name in names]
-    out: list[str] = []
     listed, done = set(files), set()
+    ordered = {folder: _save_to_disk_data(folder, listed) for folder in folders}
+    for f in files:
+        if os.path.basename(f) == "dataset_dict.json" and os.path.dirname(f) in parents:
+            _check_splits(f, folders)
+    out: list[str] = []
     for f in files:
         folder, name = os.path.split(f)
         if folder in folders:
@@ -208,6 +211,46 @@ def save_to_disk_order(files: list[str]) -> list[str]:
             continue
         out.append(f)
     return out
+
+
+def _save_json(path: str, key: str) -> list[Any]:
+    """The list under `key` in one of the JSON files that describe a save_to_disk folder."""
+    with open_input(path) as f:
+        try:
+            value = json.load(f)[key]
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{redact(path)}: not a `datasets` save_to_disk description: {e!r}") from None
+    if not isinstance(value, list):
+        raise InputError(f"{redact(path)}: not a `datasets` save_to_disk description: {key!r} is not a list")
+    return value
+
+
+def _save_to_disk_data(folder: str, listed: set[str]) -> list[str]:
+    """The data files a save_to_disk folder's state.json lists, in its order; an `InputError` naming those
+    that are missing (a copy cut short would be read in part), before anything is read. A file that is
+    there but that `clean.pattern` leaves out is left out."""
+    state = os.path.join(folder, SAVE_TO_DISK_STATE)
+    entries = _save_json(state, "_data_files")
+    if not all(isinstance(entry, dict) and isinstance(entry.get("filename"), str) for entry in entries):
+        raise InputError(f"{redact(state)}: not a `datasets` save_to_disk description: an entry of '_data_files' "
+                         "has no 'filename'")
+    names = [entry["filename"] for entry in entries]
+    missing = [name for name in names if os.path.join(folder, name) not in listed
+               and (is_url(folder) or not os.path.isfile(os.path.join(folder, name)))]
+    if missing:
+        raise InputError(f"{redact(state)} lists {len(missing)} data file(s) that are missing: "
+                         f"{', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}; the folder must be a "
+                         "whole save_to_disk output")
+    return [os.path.join(folder, name) for name in names]
+
+
+def _check_splits(path: str, folders: set[str]) -> None:
+    """An `InputError` naming the splits a DatasetDict's dataset_dict.json lists that have no state.json."""
+    parent = os.path.dirname(path)
+    missing = [str(split) for split in _save_json(path, "splits") if os.path.join(parent, str(split)) not in folders]
+    if missing:
+        raise InputError(f"{redact(path)} lists split(s) with no state.json: {', '.join(missing)}; the folder must "
+                         "be a whole save_to_disk output")
 
 
 def file_format(path: str, fmt: str = "auto") -> str:
@@ -353,21 +396,22 @@ def _stream_error(path: str, raw: BinaryIO, lines: _LineReader, error: Exception
 def iter_raw(files: list[str], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, fmt: str = "auto",
              skipped: Counter[str] | None = None) -> Iterator[RawRecord]:
     """Every record of `files` in order; each holds at most max(max_record_bytes + 1, 64 KiB) bytes
-    (a WARC, CSV or Arrow record: as read). `fmt` names the reader (`auto`: by extension); what a file
-    holds that is not a record (WARC request, metadata, warcinfo... records) is counted in `skipped`."""
+    (a Parquet or Arrow row over the limit: about its first 64 KiB). `fmt` names the reader (`auto`: by
+    extension); what a file holds that is not a record (WARC request, metadata, warcinfo... records) is
+    counted in `skipped`."""
     hold = max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES)
     skipped = Counter() if skipped is None else skipped
     for path in files:
         source = redact(path)  # a URL without its secrets: what records, errors and logs show
         kind = file_format(path, fmt)
         if kind == "parquet":
-            yield from _iter_parquet(path)
+            yield from _iter_parquet(path, max_record_bytes)
             continue
         if kind == "arrow":
-            yield from _iter_arrow(path)
+            yield from _iter_arrow(path, max_record_bytes)
             continue
         if kind in ("warc", "wet"):
-            yield from _iter_warc(path, skipped)
+            yield from _iter_warc(path, skipped, max_record_bytes)
             continue
         with ExitStack() as stack:
             f, raw = _open_stream(path, stack)
@@ -406,8 +450,70 @@ def _read_text(f: BinaryIO, hold: int, source: str) -> tuple[bytes, int, str]:
     return data[:hold], length, f"h-{digest.hexdigest()}"
 
 
-def _column_values(column: pa.Array) -> tuple[list[Any], list[str]]:
-    """A column's Python values and, per value, why it could not be converted ("" when it could)."""
+_ROW_BATCH_BYTES = 16 << 20  # about what the rows converted together hold (Parquet: by each row group's size)
+_MAX_BATCH_ROWS = 1024
+
+
+def _is_binary_like(type_: pa.DataType) -> bool:
+    return (pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_binary(type_)
+            or pa.types.is_large_binary(type_))
+
+
+def _without_views(column: pa.Array) -> pa.Array:
+    """A string or binary view column as a plain one, which pyarrow's length and slice kernels take."""
+    if pa.types.is_string_view(column.type):
+        return column.cast(pa.large_string())
+    return column.cast(pa.large_binary()) if pa.types.is_binary_view(column.type) else column
+
+
+def _cell_bytes(column: pa.Array, limit: int) -> list[int]:
+    """Each cell's size in bytes, from the Arrow buffers without converting a value: string and binary
+    cells exactly (0 for a null); other cells by their slice of the buffers where the column is over
+    `limit`, else as an even share of the column (none of them can be over it)."""
+    type_ = column.type
+    if pa.types.is_dictionary(type_) and _is_binary_like(type_.value_type):
+        lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
+    elif _is_binary_like(type_):
+        lengths = pc.binary_length(column)
+    elif column.nbytes <= limit:
+        return [column.nbytes // max(1, len(column))] * len(column)
+    else:
+        return [column.slice(i, 1).nbytes for i in range(len(column))]
+    return [n or 0 for n in lengths.to_pylist()]
+
+
+def _cell_prefix(column: pa.Array, i: int) -> Any:
+    """The first OVERSIZED_KEEP_BYTES of cell `i`, read without converting the rest: text (bad UTF-8
+    escaped) or bytes; a cell of another type (a list, a struct) only as a note of its type and size."""
+    cell, type_ = column.slice(i, 1), column.type
+    if pa.types.is_dictionary(type_):
+        cell, type_ = column.dictionary.slice(column.indices[i].as_py(), 1), type_.value_type
+    if not _is_binary_like(type_):
+        return f"<{type_} value of {cell.nbytes} bytes>"
+    binary = (pa.large_binary() if pa.types.is_large_string(type_) else pa.binary() if pa.types.is_string(type_)
+              else type_)
+    prefix = pc.binary_slice(cell.cast(binary), 0, OVERSIZED_KEEP_BYTES)[0].as_py()
+    return prefix.decode("utf-8", errors="backslashreplace") if binary != type_ else prefix
+
+
+def _column_values(column: pa.Array, cut: set[int]) -> tuple[list[Any], list[str]]:
+    """A column's Python values and, per value, why it could not be converted ("" when it could). The
+    cells in `cut` are converted only as their start (`_cell_prefix`)."""
+    values: list[Any] = []
+    errors: list[str] = []
+    start = 0
+    for stop in [*sorted(cut), len(column)]:
+        part_values, part_errors = _convert(column.slice(start, stop - start))
+        values += part_values
+        errors += part_errors
+        if stop < len(column):
+            values.append(_cell_prefix(column, stop))
+            errors.append("")
+        start = stop + 1
+    return values, errors
+
+
+def _convert(column: pa.Array) -> tuple[list[Any], list[str]]:
     try:
         return column.to_pylist(), [""] * len(column)
     except (ValueError, OverflowError):  # invalid UTF-8 in a string, a date out of Python's range, ...
@@ -427,33 +533,130 @@ def _value(column: pa.Array, i: int) -> tuple[Any, str]:
         return f"<{column.type} value that does not convert: {e}>", "invalid:bad_value"
 
 
-def _rows(path: str, batches: Iterator[pa.RecordBatch], what: str) -> Iterator[RawRecord]:
+@dataclass(frozen=True)
+class _RowSpan:
+    """Consecutive rows of a Parquet or Arrow file, field by field: per field, its cells in one or more
+    pieces, read (a Parquet field: from the file) only when the field before has been converted."""
+    names: list[str]
+    num_rows: int
+    columns: Iterator[Iterator[pa.Array]]
+
+
+def _span_rows(span: _RowSpan, limit: int) -> Iterator[tuple[dict[str, Any], int, str]]:
+    """Each row as (fields, size in bytes, reason or ""). A row over `limit` is `invalid:oversized`, and
+    each of its cells over OVERSIZED_KEEP_BYTES from where it went over is converted only as its start."""
+    converted = []
+    totals = [0] * span.num_rows
+    for pieces in span.columns:
+        values: list[Any] = []
+        errors: list[str] = []
+        for piece in map(_without_views, pieces):
+            first = len(values)
+            if first + len(piece) > span.num_rows:
+                raise pa.ArrowInvalid(f"a field has more than the {span.num_rows} rows of the others")
+            cut = set()
+            for i, size in enumerate(_cell_bytes(piece, limit)):
+                totals[first + i] += size
+                if size > OVERSIZED_KEEP_BYTES and totals[first + i] > limit:
+                    cut.add(i)
+            piece_values, piece_errors = _column_values(piece, cut)
+            values += piece_values
+            errors += piece_errors
+        if len(values) != span.num_rows:
+            raise pa.ArrowInvalid(f"a field has {len(values)} rows, not the {span.num_rows} of the others")
+        converted.append((values, errors))
+    for i, total in enumerate(totals):
+        row = {name: values[i] for name, (values, _) in zip(span.names, converted)}
+        error = next((errors[i] for _, errors in converted if errors[i]), "")
+        yield row, total, "invalid:oversized" if total > limit else error
+
+
+def _unique_names(path: str, names: list[str]) -> list[str]:
+    repeated = [name for name, n in Counter(names).items() if n > 1]
+    if repeated:  # a row as a dict would keep one of them
+        raise InputError(f"{path}: column {repeated[0]!r} appears {names.count(repeated[0])} times; each column "
+                         "needs a name of its own")
+    return names
+
+
+def _rows(path: str, spans: Iterator[_RowSpan], what: str, max_record_bytes: int) -> Iterator[RawRecord]:
     index = 0
     try:
-        for batch in batches:
-            columns = [_column_values(column) for column in batch.columns]
-            for i in range(batch.num_rows):
+        for span in spans:
+            for row, num_bytes, error in _span_rows(span, max_record_bytes):
                 index += 1
-                row = {name: values[i] for name, (values, _) in zip(batch.schema.names, columns)}
-                error = next((errors[i] for _, errors in columns if errors[i]), "")
-                yield RawRecord(path, index, "row", row, len(str(row.get("text", ""))), error)
+                yield RawRecord(path, index, "row", row, num_bytes, error)
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"{path}: unreadable {what} data after row {index}: {e}") from e
 
 
-def _iter_parquet(path: str) -> Iterator[RawRecord]:
+def _iter_parquet(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
     with open_input(path) as f:
-        yield from _rows(redact(path), _parquet_batches(f), "Parquet")
+        yield from _rows(redact(path), _parquet_spans(f, redact(path)), "Parquet", max_record_bytes)
 
 
-def _parquet_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
-    yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=1024)  # one row group at a time
+def _num_leaves(type_: pa.DataType) -> int:
+    """How many Parquet columns hold a field of this type (a struct or map: one per leaf)."""
+    type_ = type_.value_type if pa.types.is_dictionary(type_) else type_
+    return sum(_num_leaves(type_.field(i).type) for i in range(type_.num_fields)) if type_.num_fields else 1
 
 
-def _iter_arrow(path: str) -> Iterator[RawRecord]:
-    """An Arrow IPC file: the stream format `datasets` writes (data-*.arrow), or the random-access format."""
-    with open_input(path) as f:
-        yield from _rows(redact(path), _arrow_batches(f), "Arrow")
+def _parquet_spans(f: BinaryIO, path: str) -> Iterator[_RowSpan]:
+    """A row group at a time, in spans of about _ROW_BATCH_BYTES by the group's (uncompressed) size, each
+    field read by a reader of its own. A reader holds about three times its largest value, so a group
+    whose rows are that large on average is read field after field, each reader let go before the next:
+    one row of eight 50 MB strings costs one string's worth, not eight."""
+    parquet = pq.ParquetFile(f, pre_buffer=False, buffer_size=_CHUNK_BYTES)
+    names = _unique_names(path, parquet.schema_arrow.names)
+    leaves, first = [], 0
+    for field_ in parquet.schema_arrow:
+        leaves.append(list(range(first, first + _num_leaves(field_.type))))
+        first += len(leaves[-1])
+    assert first == parquet.metadata.num_columns, "a field's Parquet columns are miscounted"
+
+    def batches(group: int, columns: list[int], rows: int) -> Iterator[pa.Array]:
+        return (b.column(0) for b in parquet.reader.iter_batches(rows, row_groups=[group], column_indices=columns,
+                                                                   use_threads=False))
+
+    for group in range(parquet.num_row_groups):
+        meta = parquet.metadata.row_group(group)
+        rows = max(1, min(_MAX_BATCH_ROWS, _ROW_BATCH_BYTES * meta.num_rows // max(1, meta.total_byte_size)))
+        if rows == 1 or rows >= meta.num_rows:
+            yield _RowSpan(names, meta.num_rows, (batches(group, columns, rows) for columns in leaves))
+            continue
+        readers = [batches(group, columns, rows) for columns in leaves]
+        for start in range(0, meta.num_rows, rows):
+            yield _RowSpan(names, min(rows, meta.num_rows - start), (itertools.islice(r, 1) for r in readers))
+
+
+def _iter_arrow(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
+    """An Arrow IPC file: the stream format `datasets` writes (data-*.arrow), or the random-access format.
+    A local file is memory-mapped: a batch's cells are read from disk only as far as they are converted."""
+    with pa.memory_map(path) if not is_url(path) else open_input(path) as f:
+        yield from _rows(redact(path), _arrow_spans(f, redact(path), max_record_bytes), "Arrow", max_record_bytes)
+
+
+def _arrow_spans(f: BinaryIO, path: str, limit: int) -> Iterator[_RowSpan]:
+    """Each record batch in spans of rows that hold about _ROW_BATCH_BYTES (a row over `limit`: as its
+    first OVERSIZED_KEEP_BYTES)."""
+    for batch in _arrow_batches(f):
+        names = _unique_names(path, batch.schema.names)
+        totals = [0] * batch.num_rows
+        for column in batch.columns:
+            totals = [t + n for t, n in zip(totals, _cell_bytes(column, limit))]
+        start = size = 0
+        for row, total in enumerate(totals):
+            held = min(total, OVERSIZED_KEEP_BYTES * batch.num_columns) if total > limit else total
+            if row > start and size + held > _ROW_BATCH_BYTES:
+                yield _arrow_span(names, batch, start, row)
+                start, size = row, 0
+            size += held
+        if start < batch.num_rows or not batch.num_rows:
+            yield _arrow_span(names, batch, start, batch.num_rows)
+
+
+def _arrow_span(names: list[str], batch: pa.RecordBatch, start: int, stop: int) -> _RowSpan:
+    return _RowSpan(names, stop - start, (iter([column.slice(start, stop - start)]) for column in batch.columns))
 
 
 def _arrow_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
@@ -466,38 +669,147 @@ def _arrow_batches(f: BinaryIO) -> Iterator[pa.RecordBatch]:
         yield from reader
 
 
+class _CsvSource:
+    """The lines of a CSV/TSV text for `csv.reader`, read at C speed, at most `hold` characters at a time
+    (a longer line comes in pieces), with a second iterator over the same lines (`seen`) that gives each
+    record's lines once the reader has read it. A broken record's lines can be put back to be read again
+    (`replay`), each line at most once."""
+
+    def __init__(self, text: io.TextIOWrapper, hold: int, delimiter: str) -> None:
+        self.text = text
+        self.hold = hold
+        self.delimiter = delimiter
+        self.lines = iter(functools.partial(text.readline, hold), "")
+        self.num_lines = 0  # the lines of the file read into records so far
+        self.replayed_until = 0  # the last line that was read a second time
+        self._read_from(self.lines)
+
+    def _read_from(self, lines: Iterator[str]) -> None:
+        lines, self.seen = itertools.tee(lines)  # neither reads ahead of the other: `seen` holds one record
+        self.reader = csv.reader(lines, delimiter=self.delimiter, strict=True)
+        self.num_read = 0  # by this reader
+
+    def next_record(self) -> tuple[list[str] | None, str, list[str]]:
+        """(the next record's fields, or None where csv raised an error; the error or ""; its lines), or
+        (None, "", []) at the end."""
+        values, problem = None, ""
+        try:
+            values = next(self.reader)
+        except StopIteration:
+            return None, "", []
+        except csv.Error as e:
+            problem = str(e)
+        num_lines, self.num_read = self.reader.line_num - self.num_read, self.reader.line_num
+        self.num_lines += num_lines
+        return values, problem, list(itertools.islice(self.seen, num_lines))
+
+    def has_piece(self, lines: list[str]) -> bool:
+        """Whether a line of `lines` is only the start of a line longer than `hold` characters."""
+        return self.hold in map(len, lines) and any(len(s) == self.hold and s[-1] not in "\r\n" for s in lines)
+
+    def skip_rest_of_line(self) -> int:
+        """Read past the rest of a line that was read as far as `hold` characters; its length in bytes."""
+        num_bytes = 0
+        while rest := self.text.readline(_CHUNK_BYTES):
+            num_bytes += len(rest.encode("utf-8", "surrogateescape"))
+            if rest[-1] in "\r\n":
+                break
+        return num_bytes
+
+    def replay(self, lines: list[str]) -> list[str]:
+        """Of the record just read (`lines`), broken, the lines not to read again: its first, and those that
+        were read a second time already; the others are put back, to be read before the rest of the file."""
+        first = self.num_lines - len(lines) + 1  # the record's first line in the file
+        num_bad = max(1, min(len(lines), self.replayed_until - first + 1))
+        if num_bad < len(lines):  # then the lines put back before are all read: none is left waiting
+            self.replayed_until, self.num_lines = self.num_lines, first + num_bad - 1
+            self._read_from(itertools.chain(lines[num_bad:], self.lines))
+        return lines[:num_bad]
+
+
+def _raw_lines(lines: list[str]) -> tuple[str, int]:
+    """Lines as read, as the quarantine keeps them (their first OVERSIZED_KEEP_BYTES, bytes that are not
+    UTF-8 escaped), and their length in bytes."""
+    data = "".join(lines).encode("utf-8", "surrogateescape")
+    return _oversized_original(data, len(data), "row"), len(data)
+
+
+def _oversized_csv_row(path: str, index: int, first: int, lines: list[str], num_more_bytes: int) -> RawRecord:
+    """A CSV record over the size limit: its first OVERSIZED_KEEP_BYTES, bytes that are not UTF-8 escaped
+    (parse_raw notes how much is left out)."""
+    data = "".join(lines).encode("utf-8", "surrogateescape")
+    start = data[:OVERSIZED_KEEP_BYTES].decode("utf-8", "backslashreplace")
+    return RawRecord(path, index, "row", {"line": first, "raw": start}, len(data) + num_more_bytes,
+                     "invalid:oversized")
+
+
+def _csv_header(path: str, source: _CsvSource) -> list[str] | None:
+    """The header row, None for an empty file; an `InputError` if it does not parse, is longer than a line
+    is held, or names a column twice (a row as a dict would keep only one of them)."""
+    header, problem, lines = source.next_record()
+    if not lines:
+        return None
+    if problem:
+        raise InputError(f"{path}: the header row is not valid CSV: {problem}")
+    if source.has_piece(lines):
+        raise InputError(f"{path}: the header row is longer than {source.hold - 1:,} characters "
+                         "('clean.max_record_bytes')")
+    repeated = [name for name, n in Counter(header).items() if n > 1]
+    if repeated:
+        raise InputError(f"{path}: the header row names column {repeated[0]!r} {header.count(repeated[0])} times; "
+                         "each column needs a name of its own")
+    return header
+
+
+def _csv_record(path: str, index: int, header: list[str], record: tuple[list[str] | None, str, list[str]],
+                source: _CsvSource, max_record_bytes: int) -> RawRecord | None:
+    """A record as `_CsvSource.next_record` read it; None for a blank line. A record of several lines that
+    does not parse or has the wrong number of fields was most likely begun by a quote left open, which took
+    the lines after it in: its first line is quarantined (`invalid:csv_syntax`) and the others read again."""
+    values, problem, lines = record
+    first = source.num_lines - len(lines) + 1
+    num_chars = sum(map(len, lines))
+    if num_chars >= source.hold and source.has_piece(lines):  # a line over the size limit: read past the rest
+        rest = source.skip_rest_of_line() if source.has_piece(lines[-1:]) else 0
+        return _oversized_csv_row(path, index, first, lines, rest)
+    if values is not None and len(lines) > 1 and len(values) != len(header):
+        problem = (f"a quote left open across {len(lines)} lines made a record of {len(values)} fields, "
+                   f"not {len(header)}")
+    if problem:
+        raw, num_bytes = _raw_lines(source.replay(lines) if len(lines) > 1 else lines)
+        return RawRecord(path, index, "row", {"line": first, "csv_error": problem, "raw": raw}, num_bytes,
+                         "invalid:csv_syntax")
+    if num_chars > max_record_bytes:
+        return _oversized_csv_row(path, index, first, lines, 0)
+    if not values or values == [""]:  # a blank line is not a record
+        return None
+    error = "" if len(values) == len(header) else "invalid:csv_fields"
+    if any(_SURROGATE_RE.search(v) for v in values):
+        values = [v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") for v in values]
+        error = "invalid:bad_utf8"
+    row = dict(zip(header, values)) if not error else {"header": header, "values": values}
+    return RawRecord(path, index, "row", row, num_chars, error)
+
+
 def _iter_csv(path: str, f: BinaryIO, raw: BinaryIO, delimiter: str, max_record_bytes: int) -> Iterator[RawRecord]:
     """Rows of a CSV/TSV file with a header row, as {column: string}. The csv module reads quoted fields
-    across lines; a row with more or fewer fields than the header, or one csv cannot parse, is a record with
-    a reason (`invalid:csv_fields`, `invalid:csv_syntax`), not the end of the file. Bytes that are not UTF-8
-    make the row `invalid:bad_utf8`."""
+    across lines, as far as 'clean.max_record_bytes' characters a field; a row with more or fewer fields than
+    the header, or one csv cannot parse, is a record with a reason (`invalid:csv_fields`, `invalid:csv_syntax`
+    with its raw lines), not the end of the file, and a quote left open costs only the line it is on
+    (`_csv_record`). A row over the size limit is `invalid:oversized`; bytes that are not UTF-8 make the
+    row `invalid:bad_utf8`. A header row that names a column twice is an `InputError`."""
+    hold = max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES)
     text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
-    csv.field_size_limit(max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES))
-    reader = csv.reader(text, delimiter=delimiter, strict=True)
+    csv.field_size_limit(hold)
+    source = _CsvSource(text, hold, delimiter)
     index = 0
     try:
-        header = next(reader, None)
-        if header is None:
-            return
-        while True:
-            try:
-                values = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as e:
+        header = _csv_header(path, source)
+        while header is not None and (record := source.next_record())[2]:
+            row = _csv_record(path, index + 1, header, record, source, max_record_bytes)
+            if row is not None:
                 index += 1
-                yield RawRecord(path, index, "row", {"line": reader.line_num, "csv_error": str(e)}, 0,
-                                "invalid:csv_syntax")
-                continue
-            if not values or values == [""]:  # a blank line is not a record
-                continue
-            index += 1
-            error = "" if len(values) == len(header) else "invalid:csv_fields"
-            if any(_SURROGATE_RE.search(v) for v in values):
-                values = [v.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") for v in values]
-                error = "invalid:bad_utf8"
-            row = dict(zip(header, values)) if not error else {"header": header, "values": values}
-            yield RawRecord(path, index, "row", row, sum(map(len, values)), error)
+                yield row
     except _STREAM_ERRORS as e:
         raise InputError(f"{path}: corrupt or truncated data after row {index} (file byte {raw.tell()}): {e}") from e
 
@@ -508,6 +820,16 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 _DOCUMENT_RECORD_TYPES = ("response", "conversion")
 _META_CHARSET_RE = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.I)
 _HEADER_CHARSET_RE = re.compile(r"charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]{1,40})", re.I)
+# Codecs that call themselves text encodings but do not read a web page: they raise on most bytes (idna,
+# punycode, undefined) or turn backslash escapes into characters (*-escape).
+_NOT_PAGE_CODECS = frozenset({"idna", "punycode", "undefined", "unicode-escape", "raw-unicode-escape"})
+# The record types of the WARC standard: the skipped-record counters name only these (any other is `other`),
+# so a file cannot add metric names.
+_WARC_RECORD_TYPES = frozenset({"warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion",
+                                "continuation"})
+_STATUS_RE = re.compile(r"[0-9]{3}")  # ASCII digits: `str.isdigit` and `int` also take "²" and "٣"
+_DIGITS_RE = re.compile(r"[0-9]+")
+_CHUNK_SIZE_RE = re.compile(rb"0*[0-9A-Fa-f]{1,15}")  # `int(x, 16)` also takes "-6", "+6", "0x6" and "6_0"
 
 
 @dataclass(frozen=True)
@@ -515,12 +837,14 @@ class WarcBlock:
     """One WARC record as a reader library gives it: its type, WARC headers and undecoded block."""
     record_type: str
     headers: dict[str, str]  # names lower-cased
-    block: bytes
+    block: bytes  # the whole block, or only its first OVERSIZED_KEEP_BYTES where it is over the size limit
     offset: int  # where the record starts in the (compressed) file
+    num_bytes: int  # the whole block's length
 
 
-def warc_blocks(f: BinaryIO, path: str) -> Iterator[WarcBlock]:
-    """Every record of a WARC file, through FastWARC (bench/warc.py compares it with warcio). FastWARC
+def warc_blocks(f: BinaryIO, path: str, max_bytes: int | None = None) -> Iterator[WarcBlock]:
+    """Every record of a WARC file, through FastWARC (bench/warc.py compares it with warcio). A block over
+    `max_bytes` is kept only as its first OVERSIZED_KEEP_BYTES and read past without holding it. FastWARC
     stops quietly where a cut file ends, so a block shorter than its Content-Length is an `InputError`."""
     from fastwarc.warc import ArchiveIterator  # a few ms to import: only for WARC inputs
 
@@ -528,12 +852,14 @@ def warc_blocks(f: BinaryIO, path: str) -> Iterator[WarcBlock]:
     try:
         for record in ArchiveIterator(f, parse_http=False):
             index, last = index + 1, record.stream_pos
-            block = record.reader.read()
+            size = record.content_length
+            block = record.reader.read(size if max_bytes is None or size <= max_bytes else OVERSIZED_KEEP_BYTES)
+            num_bytes = len(block) + record.reader.consume()  # the rest, streamed past
             headers = {k.lower(): v for k, v in record.headers.items()}
-            if len(block) < record.content_length:
+            if num_bytes < size:
                 raise InputError(f"{path}: truncated WARC file: it ends inside record {index} (starting at byte "
-                                 f"{last}), {len(block)} of its {record.content_length} bytes read")
-            yield WarcBlock(headers.get("warc-type", "unknown"), headers, block, last)
+                                 f"{last}), {num_bytes} of its {size} bytes read")
+            yield WarcBlock(headers.get("warc-type", "unknown"), headers, block, last, num_bytes)
     except (OSError, ValueError) as e:
         if isinstance(e, InputError):
             raise
@@ -542,53 +868,79 @@ def warc_blocks(f: BinaryIO, path: str) -> Iterator[WarcBlock]:
         # A cut inside the last gzip member's end (the record's closing CRLFs, the gzip trailer) leaves its
         # block whole: check that this member, one record, decompresses to its end and the file ends there.
         f.seek(last)
-        member = zlib.decompressobj(31)
         try:
-            member.decompress(f.read())
+            complete = _gzip_member_ends(f)
         except zlib.error as e:
             raise InputError(f"{path}: corrupt WARC data in record {index} (starting at byte {last}): {e}") from e
-        if not member.eof:
+        if not complete:
             raise InputError(f"{path}: truncated WARC file: it ends inside record {index} (starting at byte {last})")
 
 
-def _iter_warc(path: str, skipped: Counter[str]) -> Iterator[RawRecord]:
+def _gzip_member_ends(f: BinaryIO) -> bool:
+    """Whether the gzip member at `f`'s position decompresses to its end, inflated a chunk at a time (one
+    member can hold a block of any size)."""
+    member = zlib.decompressobj(31)
+    while not member.eof and (data := f.read(_CHUNK_BYTES)):
+        while data and not member.eof:
+            member.decompress(data, _CHUNK_BYTES)
+            data = member.unconsumed_tail
+    member.flush()  # what the last call held back: at most a few hundred bytes
+    return member.eof
+
+
+def _iter_warc(path: str, skipped: Counter[str], max_record_bytes: int) -> Iterator[RawRecord]:
     index, source = 0, redact(path)
     with open_input(path) as f:
-        for rec in warc_blocks(f, source):
+        for rec in warc_blocks(f, source, max_record_bytes):
             if rec.record_type not in _DOCUMENT_RECORD_TYPES:
-                skipped[f"warc_skipped.{rec.record_type}"] += 1
+                kind = rec.record_type if rec.record_type in _WARC_RECORD_TYPES else "other"
+                skipped[f"warc_skipped.{kind}"] += 1
                 continue
             index += 1
-            yield warc_record(source, index, rec)
+            yield warc_record(source, index, rec, max_record_bytes)
 
 
-def warc_record(path: str, index: int, rec: WarcBlock) -> RawRecord:
+def warc_record(path: str, index: int, rec: WarcBlock, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> RawRecord:
     """A WARC response (HTTP) or conversion (extracted text) record as a row, with a reason where it is
-    not a document: `invalid:warc_truncated` (WARC-Truncated, or an HTTP body shorter than its
-    Content-Length), `invalid:warc_bad_http` (no HTTP status line and headers), `invalid:http_status_<code>`
-    (anything but 200), `invalid:warc_not_html` (a response that is not text/html or XHTML),
-    `invalid:warc_bad_encoding` (a gzip/deflate/chunked body that does not decode)."""
+    not a document: `invalid:oversized` (a block over `max_record_bytes`: the row keeps its first 64 KiB as
+    `block`; or a body that inflates past it), `invalid:warc_truncated` (WARC-Truncated, or an HTTP body
+    shorter than its Content-Length), `invalid:warc_bad_http` (no HTTP status line of three digits, or no
+    headers), `invalid:http_status_<class>` (anything but 200, by class: `http_status_3xx`, `_4xx`, ...; the
+    code is in the row's `http_status`), `invalid:warc_not_html` (a response that is not text/html or XHTML),
+    `invalid:warc_bad_encoding` (a gzip/deflate/chunked body that does not decode), `invalid:surrogate`
+    (text that decodes to lone surrogates, as UTF-7 can: the row has them as `\\ud800` escapes)."""
     h = rec.headers
     row: dict[str, Any] = {"id": h.get("warc-record-id"), "url": h.get("warc-target-uri"),
                            "date": h.get("warc-date"), "warc_record_id": h.get("warc-record-id")}
+    if rec.num_bytes > max_record_bytes:  # `rec.block` is only the block's start
+        row["block"] = _oversized_original(rec.block, rec.num_bytes, "warc")
+        return RawRecord(path, index, "warc", row, rec.num_bytes, "invalid:oversized")
     if rec.record_type == "conversion":
         row["text"] = rec.block.decode("utf-8", errors="replace")
         error = "invalid:warc_truncated" if "warc-truncated" in h else ""
-        return RawRecord(path, index, "warc", row, len(rec.block), error)
+        return RawRecord(path, index, "warc", row, rec.num_bytes, error)
     error, status, http_headers, body = _http_response(rec.block)
     content_type = http_headers.get("content-type", "")
     row.update(http_status=status, content_type=content_type or None)
     if not error and "warc-truncated" in h:
         error = "invalid:warc_truncated"
     if not error and status != 200:
-        error = f"invalid:http_status_{status}"
+        error = f"invalid:http_status_{status // 100}xx"  # a class: reasons are metric names, one per value
     if not error and content_type.split(";")[0].strip().lower() not in HTML_TYPES:
         error = "invalid:warc_not_html"
     if not error:
-        error, body = _decoded_body(body, http_headers)
+        error, body = _decoded_body(body, http_headers, max_record_bytes)
     if error in ("", "invalid:warc_truncated"):
-        row["text"] = body.decode(_charset(content_type, body), errors="replace")
-    return RawRecord(path, index, "warc", row, len(rec.block), error)
+        text = body.decode(_charset(content_type, body), errors="replace")
+        if _SURROGATE_RE.search(text):  # UTF-7 can spell them; no UTF-8 output can hold them
+            error, text = error or "invalid:surrogate", _escape_surrogates(text)
+        row["text"] = text
+    return RawRecord(path, index, "warc", row, rec.num_bytes, error)
+
+
+def _escape_surrogates(text: str) -> str:
+    """`text` with each lone surrogate written as its JSON escape (`\\ud800`), which UTF-8 can hold."""
+    return _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _http_response(block: bytes) -> tuple[str, int | None, dict[str, str], bytes]:
@@ -601,7 +953,7 @@ def _http_response(block: bytes) -> tuple[str, int | None, dict[str, str], bytes
         return "invalid:warc_bad_http", None, {}, b""
     lines = block[:end].decode("latin-1").splitlines()
     status_line = lines[0].split(None, 2) if lines else []
-    if len(status_line) < 2 or not status_line[0].startswith("HTTP/") or not status_line[1].isdigit():
+    if len(status_line) < 2 or not status_line[0].startswith("HTTP/") or not _STATUS_RE.fullmatch(status_line[1]):
         return "invalid:warc_bad_http", None, {}, b""
     headers: dict[str, str] = {}
     for line in lines[1:]:
@@ -611,31 +963,45 @@ def _http_response(block: bytes) -> tuple[str, int | None, dict[str, str], bytes
     return "", int(status_line[1]), headers, block[end + sep:]
 
 
-def _decoded_body(body: bytes, headers: dict[str, str]) -> tuple[str, bytes]:
+def _decoded_body(body: bytes, headers: dict[str, str], max_bytes: int) -> tuple[str, bytes]:
     """The body without its transfer and content encodings (chunked; gzip, deflate), and a reason where
-    it is cut short or does not decode."""
+    it is cut short, does not decode or inflates past `max_bytes`."""
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body, complete = _dechunk(body)
         if not complete:
             return "invalid:warc_truncated", body
-    elif headers.get("content-length", "").isdigit() and len(body) < int(headers["content-length"]):
+    elif len(body) < _content_length(headers.get("content-length", "")):
         return "invalid:warc_truncated", body
     encoding = headers.get("content-encoding", "").strip().lower()
     if encoding in ("gzip", "x-gzip", "deflate"):
-        try:  # wbits 47: gzip or zlib header, detected
-            body = zlib.decompressobj(47).decompress(body) if encoding != "deflate" else _inflate(body)
+        try:
+            body = _inflate(body, encoding == "deflate", max_bytes + 1)
         except zlib.error:
             return "invalid:warc_bad_encoding", b""
+        if len(body) > max_bytes:
+            return "invalid:oversized", b""
     elif encoding not in ("", "identity"):
         return "invalid:warc_bad_encoding", b""
     return "", body
 
 
-def _inflate(body: bytes) -> bytes:
+def _content_length(value: str) -> int:
+    """An HTTP Content-Length header's value, 0 where it is not a number of ASCII digits."""
+    if not _DIGITS_RE.fullmatch(value.strip()):
+        return 0
+    digits = value.strip().lstrip("0")
+    return int(digits[:19] or "0")  # 19 digits are more than any body: `int` refuses over 4300 digits
+
+
+def _inflate(body: bytes, deflate: bool, limit: int) -> bytes:
+    """At most `limit` bytes of the decompressed body (a few KB can inflate to gigabytes). gzip: wbits 47
+    detects a gzip or zlib header; deflate: zlib, else raw deflate, as some servers send it."""
+    if not deflate:
+        return zlib.decompressobj(47).decompress(body, limit)
     try:
-        return zlib.decompress(body)
+        return zlib.decompressobj().decompress(body, limit)
     except zlib.error:
-        return zlib.decompress(body, -15)  # raw deflate, as some servers send it
+        return zlib.decompressobj(-15).decompress(body, limit)
 
 
 def _dechunk(body: bytes) -> tuple[bytes, bool]:
@@ -645,10 +1011,9 @@ def _dechunk(body: bytes) -> tuple[bytes, bool]:
         if end < 0:
             return b"".join(parts), False
         size_text = body[pos:end].split(b";")[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
+        if not _CHUNK_SIZE_RE.fullmatch(size_text):  # a negative size would step back and loop forever
             return b"".join(parts), False
+        size = int(size_text, 16)
         if size == 0:
             return b"".join(parts), True
         if end + 2 + size > len(body):
@@ -660,17 +1025,27 @@ def _dechunk(body: bytes) -> tuple[bytes, bool]:
 
 def _charset(content_type: str, body: bytes) -> str:
     """The body's character set: the Content-Type header's, else a <meta> tag's in the first 4 KB, else
-    UTF-8 (decoded with replacement characters where the bytes disagree)."""
+    UTF-8 (decoded with replacement characters where the bytes disagree). A name that is no text encoding
+    (unknown, or a codec such as zlib, base64 or idna) is passed over."""
     for match in (_HEADER_CHARSET_RE.search(content_type), _META_CHARSET_RE.search(body, 0, 4096)):
         if match:
             name = match.group(1)
-            name = name.decode("ascii") if isinstance(name, bytes) else name
-            try:
-                codec = codecs.lookup(name).name
-            except LookupError:
-                continue
-            return "cp1252" if codec in ("latin-1", "iso8859-1", "ascii") else codec  # as browsers read them
+            codec = _page_codec(name.decode("ascii") if isinstance(name, bytes) else name)
+            if codec:
+                return "cp1252" if codec in ("latin-1", "iso8859-1", "ascii") else codec  # as browsers read them
     return "utf-8"
+
+
+def _page_codec(name: str) -> str | None:
+    """The codec `name` stands for if it reads text, else None: unknown, bytes-to-bytes (zlib, base64, hex:
+    `bytes.decode` refuses them) or one of _NOT_PAGE_CODECS."""
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        return None
+    if not info._is_text_encoding or info.name in _NOT_PAGE_CODECS or info.name.endswith("-escape"):
+        return None
+    return info.name
 
 
 def _id_hash(source: str, index: int) -> Any:
@@ -711,6 +1086,7 @@ def _oversized_original(data: bytes, num_bytes: int, kind: str) -> str:
 
 
 _MISSING = object()
+_JSON_GROWTH = 5  # json.dumps writes a parsed JSON line at most about 4.5 times as long (see _fields_over)
 _UNREADABLE = frozenset({"invalid:bad_utf8", "invalid:bad_value", "invalid:csv_syntax"})
 
 
@@ -756,6 +1132,26 @@ def field_names(obj: dict[str, Any], prefix: str = "", depth: int = 2) -> list[s
     return names
 
 
+def _fields_over(raw: RawRecord, original: str, kept: dict[str, Any], meta: dict[str, Any], limit: int) -> bool:
+    """Whether the record's other fields, as JSON as the `meta` and kept-field columns hold them, are over
+    `limit` bytes. Measured only where they may be: in a row whose JSON is over it, or in a JSON line that
+    `json.dumps` could write over it (up to _JSON_GROWTH times as long: "1e15" -> "1000000000000000.0")."""
+    if raw.kind == "text" or not (_over(original, limit) if raw.kind in ROW_KINDS
+                                  else _JSON_GROWTH * raw.num_bytes > limit):
+        return False
+    return _over(json.dumps({**kept, **meta}, ensure_ascii=False, default=str), limit)
+
+
+def _capped(original: str) -> str:
+    data = original.encode("utf-8", "surrogatepass")
+    return _oversized_original(data, len(data), "row")
+
+
+def _over(text: str, limit: int) -> bool:
+    """Whether `text` is over `limit` bytes as UTF-8 (encoded only where its length leaves doubt)."""
+    return len(text) > limit or (4 * len(text) > limit and len(text.encode("utf-8", "surrogatepass")) > limit)
+
+
 def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_FIELDS) -> Record | Rejection:
     """Validate one raw record; every failure becomes a `Rejection` with a reason, never an exception."""
     if raw.kind == "warc":
@@ -767,6 +1163,8 @@ def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_
         if raw.error:  # the reader's reason; a record whose values did not decode keeps no id of its own
             given = None if raw.error in _UNREADABLE else get_field(obj, fields.id)
             given_id = str(given) if isinstance(given, (str, int)) and str(given) else fallback_id
+            if raw.error == "invalid:oversized" and raw.kind == "row":  # the reader kept its first bytes only
+                original = _oversized_original(original.encode("utf-8", "surrogatepass"), raw.num_bytes, "row")
             return Rejection(given_id, raw.error, raw.source, raw.index, original)
     else:
         data: bytes = raw.payload
@@ -806,18 +1204,21 @@ def parse_raw(raw: RawRecord, max_record_bytes: int, fields: FieldMap = DEFAULT_
         return Rejection(record_id, "invalid:missing_text", raw.source, raw.index, original)
     if not isinstance(text, str):
         return Rejection(record_id, "invalid:non_string_text", raw.source, raw.index, original)
-    if raw.kind in ROW_KINDS and len(text.encode("utf-8", errors="surrogatepass")) > max_record_bytes:
-        return Rejection(record_id, "invalid:oversized", raw.source, raw.index, original)
+    if raw.kind in ROW_KINDS and _over(text, max_record_bytes):
+        return Rejection(record_id, "invalid:oversized", raw.source, raw.index, _capped(original))
     if not text.strip():
         return Rejection(record_id, "invalid:empty", raw.source, raw.index, original)
     if _is_binary(text):
         return Rejection(record_id, "invalid:binary", raw.source, raw.index, original)
+    kept = {}
     if fields is DEFAULT_FIELDS or fields == DEFAULT_FIELDS:
         meta = {k: v for k, v in obj.items() if k not in ("id", "text")}
-        return Record(record_id, text, raw.source, raw.index, meta)
-    kept = {}
-    for path in fields.keep:
-        value = get_field(obj, path)
-        kept[path] = None if value is _MISSING else value
-    meta = _without(obj, [fields.id, fields.text, *fields.keep])
+    else:
+        for path in fields.keep:
+            value = get_field(obj, path)
+            kept[path] = None if value is _MISSING else value
+        meta = _without(obj, [fields.id, fields.text, *fields.keep])
+    if _fields_over(raw, original, kept, meta, max_record_bytes):  # no published value may be over the limit
+        return Rejection(record_id, "invalid:oversized", raw.source, raw.index,
+                         original if raw.kind == "json" else _capped(original))
     return Record(record_id, text, raw.source, raw.index, meta, kept)

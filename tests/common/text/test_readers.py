@@ -1,11 +1,18 @@
+import contextlib
+import encodings.aliases
 import glob
 import gzip
 import io
 import json
 import os
+import pkgutil
 import random
+import subprocess
+import sys
 import time
 import tracemalloc
+import uuid
+import zlib
 from collections import Counter
 
 import pyarrow as pa
@@ -15,7 +22,7 @@ import zstandard
 
 from stages.common.text import readers
 from stages.common.text.readers import InputError, Record, Rejection, iter_raw, list_input_files, parse_raw
-from tests.conftest import write_jsonl
+from tests.conftest import ROOT, write_jsonl
 from tests.fixtures.warc import EN_PAGE, write_warc, write_wet
 
 
@@ -368,6 +375,187 @@ def test_http_charset_falls_back_to_utf8_with_replacement():
     assert readers._charset("text/html; charset=nonsense", b"<p>x</p>") == "utf-8"
     assert readers._charset("text/html", b"<meta charset=\"Shift_JIS\">") == "shift_jis"
     assert readers._charset("text/html; charset=ISO-8859-1", b"") == "cp1252"  # as browsers read latin-1
+
+
+# --- WARC / HTTP: hostile pages -----------------------------------------------------------------------------
+
+LAST_PAGE = b"<html><body><p>The last page of the file is still read.</p></body></html>"
+
+
+def http(body: bytes, status: bytes = b"200 OK", content_type: bytes = b"text/html", headers: bytes = b"") -> bytes:
+    return b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type + b"\r\n" + headers + b"\r\n" + body
+
+
+def write_raw_warc(path, blocks, types=None):
+    """A WARC of records with exactly these blocks (warcio tidies a bad status line); a block is bytes, or
+    (length, pieces) to stream one too big to hold. `.gz`: one gzip member per record. Returns the urls."""
+    types = types or ["response"] * len(blocks)
+    urls = [f"http://x.example/{i}" for i in range(len(blocks))]
+    with open(path, "wb") as f:
+        for i, (block, kind) in enumerate(zip(blocks, types)):
+            length, pieces = (len(block), [block]) if isinstance(block, bytes) else block
+            with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=1) if str(path).endswith(".gz") else \
+                    contextlib.nullcontext(f) as out:
+                out.write(f"WARC/1.1\r\nWARC-Type: {kind}\r\nWARC-Record-ID: <urn:uuid:{uuid.UUID(int=i)}>\r\n"
+                          f"WARC-Target-URI: {urls[i]}\r\nWARC-Date: 2024-01-01T00:00:00Z\r\n"
+                          f"Content-Type: application/http; msgtype=response\r\nContent-Length: {length}\r\n\r\n"
+                          .encode())
+                for piece in pieces:
+                    out.write(piece)
+                out.write(b"\r\n\r\n")
+    return urls
+
+
+def read_pages(path, max_bytes=100_000):
+    """(reason or "", text or original) per record of a WARC file; originals must fit an Arrow string column."""
+    results = [parse_raw(raw, max_bytes) for raw in iter_raw([str(path)], max_bytes)]
+    pa.array([getattr(r, "original", None) or r.text for r in results], pa.string())  # UTF-8 holds them all
+    return [(r.reason, r.original) if isinstance(r, Rejection) else ("", r.text) for r in results]
+
+
+NOT_TEXT_CODECS = ["zlib", "zlib_codec", "base64", "base64_codec", "hex", "hex_codec", "bz2", "bz2_codec", "rot13",
+                   "rot_13", "uu", "uu_codec", "quopri", "quopri_codec", "idna", "undefined", "punycode",
+                   "unicode_escape", "raw_unicode_escape"]
+
+
+@pytest.mark.parametrize("name", NOT_TEXT_CODECS)
+def test_a_charset_that_is_no_text_encoding_falls_back(tmp_path, name):
+    page = "<p>caf\u00e9 \\u0041 +AGE-</p>".encode()  # UTF-8, with what escape and UTF-7 codecs would rewrite
+    latin1 = b"<meta http-equiv='Content-Type' content='text/html; charset=" + name.encode() + b"'><p>caf\xe9</p>"
+    path = tmp_path / "pages.warc"
+    write_raw_warc(path, [http(page, content_type=b"text/html; charset=" + name.encode()),
+                          http(latin1, content_type=b"text/html; charset=" + name.encode() + b"; x=1"),
+                          http(b'<meta charset="' + name.encode() + b'">' + page),
+                          http(b'<meta charset="' + name.encode() + b'"><p>caf\xe9</p>',
+                               content_type=b"text/html; charset=iso-8859-1"),
+                          http(LAST_PAGE)])
+    pages = read_pages(path)
+    assert pages[0] == ("", page.decode())  # the header's charset passed over: UTF-8
+    assert pages[1] == ("", latin1.decode("utf-8", errors="replace"))  # a <meta> naming it too: UTF-8
+    assert pages[2] == ("", '<meta charset="' + name + '">' + page.decode())
+    assert pages[3][0] == "" and pages[3][1].endswith("<p>caf\u00e9</p>")  # the header's good charset wins
+    assert pages[4] == ("", LAST_PAGE.decode())
+
+
+def test_every_codec_python_knows_decodes_a_page_or_quarantines_it():
+    names = set(encodings.aliases.aliases) | set(encodings.aliases.aliases.values())
+    names |= {m.name for m in pkgutil.iter_modules(encodings.__path__)}
+    body = b"<p>+2ADYAA- \\ud800 \\N{x} \xff\xfe\x00\xd8 \x80\x81 ok</p>"
+    for name in sorted(names):
+        block = http(body, content_type=b"text/html; charset=" + name.encode())
+        rec = readers.WarcBlock("response", {"warc-record-id": "r"}, block, 0, len(block))
+        result = parse_raw(readers.warc_record("a.warc", 1, rec), 10_000)
+        assert isinstance(result, Record) or result.reason == "invalid:surrogate", name
+        pa.array([getattr(result, "text", None) or result.original], pa.string())
+
+
+@pytest.mark.parametrize("header, meta", [(b"text/html; charset=utf-7", b""),
+                                          (b"text/html", b'<meta charset="UTF-7">')])
+def test_text_that_decodes_to_lone_surrogates_is_quarantined(tmp_path, header, meta):
+    path = tmp_path / "utf7.warc.gz"
+    write_raw_warc(path, [http(meta + b"<p>+2ADYAA- and +2D3eAA- smile</p>", content_type=header),
+                          http(LAST_PAGE)])
+    (reason, original), last = read_pages(path)
+    assert reason == "invalid:surrogate"
+    assert json.loads(original)["text"].endswith("<p>\\ud800\\ud800 and \U0001F600 smile</p>")  # escaped, a pair kept
+    assert last == ("", LAST_PAGE.decode())
+
+
+def test_malformed_http_status_lines_and_lengths_are_quarantined(tmp_path):
+    path = tmp_path / "status.warc"
+    write_raw_warc(path, [
+        http(b"<p>a</p>", status="\u00b200 OK".encode("latin-1")),  # `int` reads "²00"... and raises
+        http(b"<p>b</p>", status="\u0663\u0660\u0660 OK".encode()),  # Arabic-Indic digits, as UTF-8
+        http(b"<p>c</p>", status=b"4" * 5000 + b" Too Long"),  # over Python's 4300 digit limit
+        http(b"<p>d</p>", status=b"20 OK"), http(b"<p>e</p>", status=b"2000 OK"),
+        b"HTTP/1.1\r\nContent-Type: text/html\r\n\r\n<p>f</p>",  # no status at all
+        http(b"<p>g</p>", headers="Content-Length: \u00b2\r\n".encode("latin-1")),  # not a number: not checked
+        http(b"<p>h</p>", headers=b"Content-Length: " + b"9" * 5000 + b"\r\n"),
+        http(b"-6\r\nabc", headers=b"Transfer-Encoding: chunked\r\n"),  # a negative chunk size stepped back forever
+        http(b"0x3\r\nabc\r\n0\r\n\r\n", headers=b"Transfer-Encoding: chunked\r\n"),
+        http(LAST_PAGE)])
+    reasons = [reason for reason, _ in read_pages(path)]
+    assert reasons == ["invalid:warc_bad_http"] * 6 + ["", "invalid:warc_truncated", "invalid:warc_truncated",
+                                                       "invalid:warc_truncated", ""]
+
+
+def test_http_status_reasons_are_classes_with_the_code_in_the_row(tmp_path):
+    codes = [f"{i:03d}".encode() for i in range(1000) if i != 200] + [b"%d" % i for i in range(1000, 2001)]
+    path = tmp_path / "codes.warc"
+    write_raw_warc(path, [http(b"<p>x</p>", status=code + b" Whatever") for code in codes] + [http(LAST_PAGE)])
+    pages = read_pages(path)
+    assert len(pages) == 2001
+    assert Counter(reason for reason, _ in pages) == {
+        **{f"invalid:http_status_{d}xx": 100 for d in range(10)}, "invalid:http_status_2xx": 99,
+        "invalid:warc_bad_http": 1001, "": 1}
+    assert [json.loads(original)["http_status"] for _, original in pages[:999]] == [int(c) for c in codes[:999]]
+
+
+def test_warc_record_types_outside_the_standard_are_counted_as_other(tmp_path):
+    path = tmp_path / "types.warc"
+    types = ["request", "metadata"] + [f"made-up-{i}" for i in range(50)] + ["response"]
+    write_raw_warc(path, [b"x"] * (len(types) - 1) + [http(LAST_PAGE)], types)
+    skipped = Counter()
+    (last,) = [parse_raw(raw, 1000) for raw in iter_raw([str(path)], skipped=skipped)]
+    assert skipped == {"warc_skipped.request": 1, "warc_skipped.metadata": 1, "warc_skipped.other": 50}
+    assert last.text == LAST_PAGE.decode()
+
+
+def test_a_body_that_inflates_past_the_size_limit_is_oversized(tmp_path):
+    path = tmp_path / "bomb.warc"
+    bomb = gzip.compress(b"<p>" + b"a" * (50 << 20), compresslevel=1)  # 50 MB in about 200 KB
+    write_raw_warc(path, [http(bomb, headers=b"Content-Encoding: gzip\r\n"),
+                          http(zlib.compress(b"<p>deflated</p>"), headers=b"Content-Encoding: deflate\r\n"),
+                          http(LAST_PAGE)])
+    tracemalloc.start()
+    try:
+        pages = read_pages(path, max_bytes=1_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [reason for reason, _ in pages] == ["invalid:oversized", "", ""]
+    assert peak < 8_000_000 and pages[1][1] == "<p>deflated</p>"
+
+
+_READ_WARC = """
+import json, re, sys
+from pathlib import Path
+from stages.common.text.readers import iter_raw, parse_raw
+results = [parse_raw(raw, 1_000_000) for raw in iter_raw([sys.argv[1]], 1_000_000)]
+peak_kb = int(re.search(r"VmHWM:\\s*(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
+print(json.dumps({"pages": [[getattr(r, "reason", ""), getattr(r, "original", "")] for r in results],
+                  "peak_kb": peak_kb}))
+"""
+
+
+def read_in_subprocess(path):
+    """(reason, original) per record of `path` read in a new process, and that process's peak memory. Its
+    own: ru_maxrss would also count the memory of this process when it started the other."""
+    done = subprocess.run([sys.executable, "-c", _READ_WARC, str(path)], cwd=ROOT, capture_output=True, check=True)
+    out = json.loads(done.stdout)
+    return out["pages"], out["peak_kb"] << 10
+
+
+def big_page(num_mb):
+    """(length, pieces) of an HTTP response with a `num_mb` MiB body, for `write_raw_warc` to stream."""
+    head = http(b"", headers=b"Content-Length: %d\r\n" % (num_mb << 20))
+    return len(head) + (num_mb << 20), [head, *[b"<p>" + b"a" * ((1 << 20) - 3)] * num_mb]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the peak memory from /proc")
+def test_an_oversized_warc_record_is_read_past_in_bounded_memory(tmp_path):
+    write_raw_warc(tmp_path / "small.warc.gz", [http(LAST_PAGE)])
+    _, baseline = read_in_subprocess(tmp_path / "small.warc.gz")
+    path = tmp_path / "big.warc.gz"  # about 300 KB
+    write_raw_warc(path, [big_page(50), http(LAST_PAGE), big_page(20)])  # the last: the gzip end check
+    pages, peak = read_in_subprocess(path)
+    assert peak - baseline < 32 << 20  # the records are 50 and 20 MB; whole, the first took 200 MB
+    assert [reason for reason, _ in pages] == ["invalid:oversized", "", "invalid:oversized"]
+    for (_, original), (length, _) in zip(pages[::2], [big_page(50), big_page(20)]):
+        row = json.loads(original)
+        assert row["url"].startswith("http://x.example/") and row["id"].startswith("<urn:uuid:")
+        assert row["block"].startswith("HTTP/1.1 200 OK\r\n") and len(row["block"]) < 66_000
+        assert row["block"].endswith(f"[truncated: the first 65536 of {length} bytes are kept]")
 
 
 # --- CSV / TSV, Arrow (datasets save_to_disk) ------------------------------------------------------------
