@@ -1,6 +1,8 @@
 import copy
 import dataclasses
 import json
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +194,65 @@ def test_generate_command_samples_from_the_onnx_model(chain, tmp_path, capsys):
                                   export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
     assert greedy == export.generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
                                           export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--top-k", "-1"], "--top-k: must be >= 0, got -1"),
+    (["--top-k", "x"], "--top-k: expected an integer, got 'x'"),
+    (["--top-k", "1.5"], "--top-k: expected an integer, got '1.5'"),
+    (["--seed", "-1"], "--seed: must be >= 0, got -1"),
+    (["--seed", str(2**32)], "--seed: must be in [0, 4294967295], got 4294967296"),
+    (["--seed", "0x10"], "--seed: expected an integer, got '0x10'"),
+    (["--temperature", "nan"], "--temperature: must be a finite number, got nan"),
+    (["--temperature", "inf"], "--temperature: must be a finite number, got inf"),
+    (["--temperature", "-0.5"], "--temperature: must be >= 0, got -0.5"),
+    (["--temperature", "warm"], "--temperature: expected a number, got 'warm'"),
+    (["--max-new-tokens", "0"], "--max-new-tokens: must be in [1, 1024], got 0"),
+    (["--max-new-tokens", "1025"], "--max-new-tokens: must be in [1, 1024], got 1025"),
+    # bytes that are not UTF-8 in a command line reach Python as lone surrogates
+    (["--prompt", b"the \xffriver".decode("utf-8", "surrogateescape")],
+     "--prompt: must be UTF-8 text, got '\\udcff' at character 4"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else "")
+def test_generate_refuses_a_bad_option_in_one_line_before_reading_anything(tmp_path, capsys, args, error):
+    """The params file does not exist, so reaching it (or a model) would be a different error."""
+    with pytest.raises(SystemExit) as exit_:
+        export.main(["generate", "--params", str(tmp_path / "no_params.yaml"), *args])
+    assert exit_.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(f"error: {error}") and stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("generate, error", [
+    ("{seed: 4294967296}", "param 'export.generate.seed': must be in [0, 4294967295], got 4294967296"),
+    ("{max_new_tokens: 100000}", "param 'export.generate.max_new_tokens': must be in [1, 1024], got 100000"),
+    ('{prompt: "\\udcff"}', "param 'export.generate.prompt': must be UTF-8 text, got '\\udcff' at character 0"),
+], ids=["seed", "max_new_tokens", "prompt"])
+def test_generate_refuses_bad_defaults_in_the_params_file(tmp_path, capsys, generate, error):
+    paths = [f"{name}: {tmp_path / name}" for name in (
+        "teacher_dir", "pruned_dir", "qat_dir", "tokenizer_dir", "tokens_dir", "clean_dir", "filtered_dir",
+        "docs_dir", "out_dir", "metrics_path", "detail_path", "plot_path")]
+    (tmp_path / "params.yaml").write_text("export: {generate: " + generate + ", " + ", ".join(paths) + "}\n")
+    with pytest.raises(SystemExit) as exit_:
+        export.main(["generate", "--params", str(tmp_path / "params.yaml")])
+    assert exit_.value.code == 2 and capsys.readouterr().err.startswith(f"error: {error}")
+
+
+def test_a_top_k_beyond_the_vocabulary_samples_from_all_of_it(chain, caplog):
+    """A top_k at or above the vocabulary size means the whole vocabulary, like 0, with a note; a tiny
+    temperature is greedy, without numpy's overflow warning."""
+    root, params, _ = chain
+    model = root / "export" / "onnx" / "model.onnx"
+
+    def text(**decoding) -> str:
+        return export.generate_text(model, params.tokenizer_dir,
+                                    export.GenerateParams(prompt="the", max_new_tokens=6, seed=3, **decoding), 1)
+
+    with caplog.at_level(logging.WARNING, logger="refinery.export"):
+        assert text(top_k=10**30, temperature=5.0) == text(top_k=0, temperature=5.0)
+    assert "top_k 1000000000000000000000000000000 is at least the vocabulary size (" in caplog.text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert text(temperature=1e-300) == text(temperature=0)
 
 
 def test_an_int8_model_that_disagrees_with_its_source_fails_the_stage(chain, monkeypatch):

@@ -3,10 +3,19 @@ weight fake quantization, and an int8 x float Gemm that exports on the int8 init
 
 Why fake quantization rather than `torch.ao.quantization` (deprecated) or pt2e (moved to torchao, not
 installed): a fake-quantized model is plain torch, trains with straight-through gradients, and
-`torch.onnx.export(..., dynamo=False)` writes its `fake_quantize_*` ops as QuantizeLinear/DequantizeLinear
-pairs. onnxruntime's graph optimiser then folds the weights' QuantizeLinear into int8 initializers and
-fuses activation-Q/DQ + weight-DQ + MatMul into `MatMulIntegerToFloat` (and + Gemm into `QGemm`): integer
-kernels, VNNI on x86. So the INT8 graph carries exactly the scales the QAT run learned and calibrated.
+`torch.onnx.export(..., dynamo=False)` writes its fake quantizers (`FakeQuantize`) as QuantizeLinear /
+DequantizeLinear pairs. onnxruntime's graph optimiser then folds the weights' QuantizeLinear into int8
+initializers and fuses activation-Q/DQ + weight-DQ + MatMul into `MatMulIntegerToFloat` (and + Gemm into
+`QGemm`): integer kernels, VNNI on x86. So the INT8 graph carries exactly the scales the QAT run learned and
+calibrated, and the fake quantizers round as QuantizeLinear does (x / scale, half to even): on the same input
+both give the same integer levels.
+
+Even so the INT8 model and its fake-quant source differ by a few percent of the largest logit, not by float
+rounding: the float ops between the quantizers (norms, attention, the float sums of the fake-quant matmuls)
+round differently in torch and onnxruntime, by an ulp or so, and a value that lands that close to a
+rounding boundary takes the next integer level in one of them. Each such step (one scale) feeds the next
+layers, where it moves more values across boundaries; at the logits the two differ about as much as the
+torch model differs from itself after a 1-ulp change of its embeddings (docs/compress.md: The parity check).
 
 Default scheme: weights int8 symmetric per output channel with 7-bit magnitudes (zero point 0, values in
 -63..63), activations uint8 asymmetric per tensor (onnxruntime's U8S8 path). Why 7-bit weights: on x86
@@ -68,6 +77,44 @@ class QuantScheme:
         return (1 << (self.weight_bits - 1)) - 1
 
 
+class FakeQuantize(torch.autograd.Function):
+    """Quantize to integers and back with ONNX QuantizeLinear's arithmetic: q = clamp(round_half_even(x / scale)
+    + zero_point, qmin, qmax), then (q - zero_point) * scale; per tensor (`axis` None) or per channel along
+    `axis` (scale and zero point broadcast against x). Exported as a QuantizeLinear/DequantizeLinear pair.
+    Why not torch.fake_quantize_*: its CPU kernels multiply by the float reciprocal of the scale, which takes
+    some values within an ulp of a half-integer to the other level than QuantizeLinear's division does
+    (tests/common/compress/test_quant.py): the torch model would not be quite the graph it exports. Gradients
+    pass straight through where x is inside the range, as torch's do."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, axis: int | None, qmin: int,
+                qmax: int) -> torch.Tensor:
+        q = torch.round(x / scale) + zero_point
+        inside = (q >= qmin) & (q <= qmax)
+        ctx.save_for_backward(inside)
+        return (q.clamp(qmin, qmax) - zero_point) * scale
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (inside,) = ctx.saved_tensors
+        return grad * inside, None, None, None, None, None
+
+    @staticmethod
+    def symbolic(g, x, scale, zero_point, axis, qmin, qmax):
+        # ONNX zero points are uint8 (activations 0..255) or int8 (-128..127), and so is QuantizeLinear's range
+        if (qmin, qmax) not in ((0, 255), (-128, 127)):
+            raise ValueError(f"QuantizeLinear takes the range 0..255 or -128..127, got {qmin}..{qmax}")
+        zero_point = g.op("Cast", zero_point, to_i=onnx_dtype(qmin))
+        axis_attr = {} if axis is None else {"axis_i": axis}
+        q = g.op("QuantizeLinear", x, scale, zero_point, **axis_attr)
+        return g.op("DequantizeLinear", q, scale, zero_point, **axis_attr)
+
+
+def onnx_dtype(qmin: int) -> int:
+    """The ONNX element type of integers from `qmin` up: UINT8 (2) for 0..255, INT8 (3) for -128..127."""
+    return 2 if qmin == 0 else 3
+
+
 def weight_scale(weight_t: torch.Tensor, qmax: int) -> torch.Tensor:
     """Symmetric per-output-channel scale of a transposed weight (in, out): max |w| / qmax per column."""
     return (weight_t.detach().abs().amax(0) / qmax).clamp_min(1e-12)
@@ -78,8 +125,7 @@ def fake_quant_weight(weight_t: torch.Tensor, qmax: int) -> torch.Tensor:
     gradients pass straight through. The scale follows the weights (a min/max observer that is never stale), so
     |w| / scale <= qmax: the quantizer's range stays -128..127, the only signed one the ONNX exporter takes."""
     scale = weight_scale(weight_t, qmax)
-    return torch.fake_quantize_per_channel_affine(weight_t, scale, torch.zeros_like(scale, dtype=torch.int32), 1,
-                                                  -128, 127)
+    return FakeQuantize.apply(weight_t, scale, torch.zeros_like(scale, dtype=torch.int32), 1, -128, 127)
 
 
 def quantize_weight(weight_t: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,7 +200,7 @@ class ActQuant(nn.Module):
             return x
         if self.mode == "quant":
             qmin, qmax = self.scheme.activation_range
-            return torch.fake_quantize_per_tensor_affine(x, self.scale, self.zero_point, qmin, qmax)
+            return FakeQuantize.apply(x, self.scale, self.zero_point, None, qmin, qmax)
         return x
 
 
