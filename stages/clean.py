@@ -46,7 +46,15 @@ from stages.common.runtime.executor import (  # noqa: F401 (bench/clean.py uses 
 )
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA
-from stages.common.runtime.storage import input_size, is_url, redact, url_path
+from stages.common.runtime.storage import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    input_size,
+    is_url,
+    redact,
+    set_timeouts,
+    url_path,
+)
 from stages.common.text.dedup import (
     DedupParams,
     DuplicateLookup,
@@ -135,6 +143,9 @@ class Params:
     work_dir: str  # per-shard results and completion markers, until the stage succeeds
     rows_per_part: int = param(100_000, min=1)
     max_record_bytes: int = param(DEFAULT_MAX_RECORD_BYTES, min=1)
+    # remote inputs (s3://, https://, ...): the longest wait for a connection, and for each answer
+    remote_connect_timeout_s: float = param(CONNECT_TIMEOUT_S, gt=0.0, placement=True)
+    remote_read_timeout_s: float = param(READ_TIMEOUT_S, gt=0.0, placement=True)
     allow_empty_input: bool = False  # an input without a single record is an error unless this is true
     format: str = param("auto", choices=FORMATS)  # the reader for every input file; auto = by extension
     text_field: str = param("text", nonempty=True)  # a field name or a dotted path (payload.content)
@@ -550,6 +561,7 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
     """`refinery check`: the first `check_records` records of each source through clean's own checks (dedup
     aside), in this process. ("note" | "error", line) findings; `context["clean"]` gets the projected
     documents and characters per language that clean publishes, for the later stages' checks."""
+    set_timeouts(params.remote_connect_timeout_s, params.remote_read_timeout_s)
     made_by = context["pending"](params.input) if "pending" in context else None
     if made_by:
         return [("note", f"{params.input} is not read: stage {made_by!r} makes it and has not run yet")]
@@ -619,6 +631,7 @@ def estimate_records(files: list[str], params: Params, source: InputSource, limi
 def run(params: Params) -> dict[str, Any]:
     """Clean `params.input` (its sources) into `params.out_dir`; return the metrics (written to
     `detail_path`, the headline to `metrics_path`)."""
+    set_timeouts(params.remote_connect_timeout_s, params.remote_read_timeout_s)
     check_owned_paths(STAGE, {"input": params.input}, {"out_dir": params.out_dir}, {"work_dir": params.work_dir})
     stage = CleanStage(params)
     metrics = stage.run(stage.files)

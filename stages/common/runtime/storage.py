@@ -7,8 +7,9 @@ with the credentials each file system finds itself (AWS_* variables or ~/.aws, w
 AWS_ENDPOINT_URL_S3 for an S3-compatible server; GOOGLE_APPLICATION_CREDENTIALS or gcloud's; HF_TOKEN or
 the huggingface-cli login). Nothing here takes a credential as an argument.
 
-Every request to an http(s) or S3 store waits at most `CONNECT_TIMEOUT_S` for the connection and
-`READ_TIMEOUT_S` for each answer (the libraries' own defaults wait minutes). A remote read that fails
+Every request to an http(s) or S3 store waits at most `connect_s` for the connection and `read_s` for
+each answer (`set_timeouts`: the stage's `remote_connect_timeout_s` and `remote_read_timeout_s`, by default
+`CONNECT_TIMEOUT_S` and `READ_TIMEOUT_S`; the libraries' own defaults wait minutes). A remote read that fails
 (connection reset, 5xx, timeout) is retried `READ_RETRIES` times with backoff, reopening the file at the
 byte already reached, so no byte is read twice or skipped; then it raises `InputError` naming the file,
 the byte and the error, which says what happened when it can tell: timed out, connection refused,
@@ -35,6 +36,7 @@ READ_RETRIES = 3  # after the first try; the delays double from RETRY_DELAY_S
 RETRY_DELAY_S = 0.5
 CONNECT_TIMEOUT_S = 10.0  # per request: opening the connection
 READ_TIMEOUT_S = 30.0  # per request: the wait for the answer, and between its chunks; a whole download may take longer
+_timeout_s = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S}  # what set_timeouts last set
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _GLOBBING = ("s3", "s3a", "gs", "gcs", "hf", "file", "memory")  # protocols whose listings make globs and folders work
 # Not worth a retry: the same answer would come again.
@@ -85,18 +87,25 @@ def protocol(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
+def set_timeouts(connect_s: float = CONNECT_TIMEOUT_S, read_s: float = READ_TIMEOUT_S) -> None:
+    """Bound every later request of this process: `connect_s` to open a connection, `read_s` for each answer.
+    Remote inputs are opened and listed in the stage's own process, which calls this once from its params."""
+    _timeout_s.update(connect=connect_s, read=read_s)
+
+
 def _timeouts(proto: str) -> dict[str, Any]:
-    """The file system options that bound each request of `proto` by CONNECT_TIMEOUT_S and READ_TIMEOUT_S."""
+    """The file system options that bound each request of `proto` by the timeouts `set_timeouts` set."""
+    connect_s, read_s = _timeout_s["connect"], _timeout_s["read"]
     if proto in ("http", "https"):
         import aiohttp
 
         # total=None: a large file may take longer than any fixed limit; a silent server does not
-        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S,
-                                                                   sock_read=READ_TIMEOUT_S)}}
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=connect_s,
+                                                                   sock_read=read_s)}}
     if proto in ("s3", "s3a"):
         # s3fs already retries a timed-out request 5 times; botocore's own retries (5 attempts by default)
         # would multiply that to 25 waits. Standard mode keeps one retry, for a 5xx or throttling answer.
-        return {"config_kwargs": {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
+        return {"config_kwargs": {"connect_timeout": connect_s, "read_timeout": read_s,
                                   "retries": {"mode": "standard", "total_max_attempts": 2}}}
     return {}
 

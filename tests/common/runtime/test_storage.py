@@ -185,8 +185,9 @@ def closed_port() -> int:
 
 @pytest.fixture
 def short_timeouts(monkeypatch):
-    monkeypatch.setattr(storage, "CONNECT_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(storage, "READ_TIMEOUT_S", 0.2)
+    storage.set_timeouts(0.2, 0.2)
+    yield
+    storage.set_timeouts()
 
 
 def test_a_silent_server_times_out_and_a_closed_port_is_refused(silent_port, short_timeouts):
