@@ -51,7 +51,7 @@ def script_for(name: str, data: dict) -> Path | None:
     if prefixes:
         return scripts[max(prefixes, key=len)]
     # a script that writes a results file of another name names it in its source
-    return next((p for p in scripts.values() if f'"{name}.json"' in p.read_text(encoding="utf-8")), None)
+    return next((p for p in scripts.values() if f'"{name}' in p.read_text(encoding="utf-8")), None)
 
 
 def is_ancestor(older: str, newer: str) -> bool:
