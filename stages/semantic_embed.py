@@ -41,6 +41,9 @@ from stages.common.text.normalize import NormalizeOptions, normalize
 
 log = logging.getLogger("refinery.semantic_embed")
 STAGE = "semantic_embed"
+# Rows per Parquet row group of docs.parquet (384 float32 a row: ~6 MB). A reader decodes a whole row group
+# to read any row of it, so semantic_filter's driver holds one group, not one chunk_docs chunk (~100 MB).
+EMBEDDING_ROWS_PER_GROUP = 4096
 
 
 @dataclass(frozen=True, kw_only=True)  # keyword-only: the path fields have no default, wherever they sit
@@ -180,7 +183,7 @@ def run(params: Params) -> dict[str, Any]:
                 write_labels(tmp / "labels.parquet", labels, embeddings[:num_labels])
             table = doc_embeddings_table(chunk["id"], chunk["lang"], embeddings[num_labels:])
             writer = writer or pq.ParquetWriter(tmp / "docs.parquet", table.schema)
-            writer.write_table(table)
+            writer.write_table(table, row_group_size=EMBEDDING_ROWS_PER_GROUP)
             counts["num_docs"] += len(chunk["id"])
         if writer is None:  # no documents: the labels alone, and an empty (typed) docs file
             write_labels(tmp / "labels.parquet", labels,
