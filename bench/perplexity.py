@@ -14,6 +14,10 @@
    folder (their wall time is the demo's cost) and reads the tier target from the metrics: the mean
    perplexity of the hard tier >= 2x the easy tier's in each language, and the reference LM's
    validation perplexity.
+4. scoring memory: private memory (RssAnon) of a fresh process after each of `--memory-shards` shards of
+   1,024 synthetic documents (new random lengths every shard) are scored, with the scorer's shape buckets
+   (default) and, side by side, with every width and projection size its own shape (`WIDTH_STEP` and
+   `NLL_ROWS_STEP` set to 1). Target: from the second shard to the last, growth under 5% with the buckets.
 
 Timings on a shared machine are noisy: each micro-benchmark reports the best and the median of several
 repeats. Results: bench/results/perplexity.json and perplexity.md.
@@ -25,6 +29,8 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +41,7 @@ import torch
 
 from bench import _provenance
 from stages import perplexity, tokenizer
-from stages.common.lm import bpe
+from stages.common.lm import bpe, scoring
 from stages.common.lm.model import Transformer, preset
 from stages.common.lm.scoring import score_documents
 from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShard, TokenShardWriter
@@ -48,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCORING_TARGET = 20_000
 READER_TARGET = 100
 TIER_TARGET = 2.0
+MEMORY_GROWTH_TARGET = 0.05
 # The tokenizer and perplexity stages and their packages, and the stages that make the documents they read
 MEASURES = ("stages/tokenizer.py", "stages/perplexity.py", "stages/common/lm", "stages/common/training",
             "stages/common/runtime", "stages/semantic_embed.py", "stages/semantic_head.py", "stages/semantic_filter.py",
@@ -140,6 +147,43 @@ def bench_reader(params: perplexity.Params, tok_params: tokenizer.Params, repeat
     }
 
 
+def rss_anon_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("RssAnon:"))
+
+
+def memory_probe(params: perplexity.Params, tok_params: tokenizer.Params, shards: int, step: int) -> None:
+    """In a fresh process: print RssAnon (MB) after each scored shard, as one JSON line."""
+    if step:
+        scoring.WIDTH_STEP = scoring.NLL_ROWS_STEP = step
+    seed_everything(0)
+    device = torch.device("cpu")
+    model = Transformer(preset(params.reference.preset, tok_params.vocab_size)).eval()
+    rng = np.random.default_rng(0)
+    after = []
+    for _ in range(shards):
+        lengths = np.clip(rng.lognormal(5.0, 1.0, size=1024), 2, 20_000).astype(int)
+        docs = [rng.integers(2, tok_params.vocab_size, size=n) for n in lengths]
+        score_documents(model, docs, 0, params.max_score_tokens, params.score_batch_tokens,
+                        resolve_precision(params.precision, device), device)
+        after.append(round(rss_anon_mb(), 1))
+    print(json.dumps(after))
+
+
+def bench_memory(shards: int) -> dict:
+    runs = {}
+    for name, step in (("buckets", 0), ("every_shape", 1)):
+        out = subprocess.run([sys.executable, "-m", "bench.perplexity", "--memory-probe", str(step),
+                              "--memory-shards", str(shards)], cwd=ROOT, check=True, capture_output=True, text=True)
+        after = json.loads(out.stdout.strip().splitlines()[-1])
+        runs[name] = {"rss_anon_mb_after_shard": after, "growth_from_shard_2": round(after[-1] / after[1] - 1, 4)}
+    growth = runs["buckets"]["growth_from_shard_2"]
+    return {"shards": shards, "docs_per_shard": 1024, "precision": resolve_precision(
+            load_section("perplexity", perplexity.Params).precision, torch.device("cpu")),
+            "width_step": scoring.WIDTH_STEP, "nll_rows_step": scoring.NLL_ROWS_STEP, **runs,
+            "target": MEMORY_GROWTH_TARGET, "pass": growth <= MEMORY_GROWTH_TARGET}
+
+
 def bench_stages(tok_params: tokenizer.Params, params: perplexity.Params) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tok_p = dataclasses.replace(tok_params, input_dir=str(ROOT / tok_params.input_dir), out_dir=f"{tmp}/tokenizer",
@@ -186,6 +230,19 @@ def markdown(results: dict[str, Any]) -> list[str]:
               f"- batch {r['batch_size']} x {r['seq_len']} tokens, {r['precision']}",
               f"- reader **{r['reader_tokens_per_s']:,} tokens/s**, training {r['train_tokens_per_s']:,} tokens/s "
               f"(best {r['train_tokens_per_s_best']:,}): **{r['ratio']}x** {'PASS' if r['pass'] else 'FAIL'}", ""]
+    if "memory" in results:
+        m = results["memory"]
+        lines += [f"## scoring memory (target: private memory grows < {m['target']:.0%} from shard 2 to the last)", "",
+                  f"RssAnon of a fresh process after each of {m['shards']} shards of {m['docs_per_shard']} synthetic "
+                  f"documents (new random lengths every shard), {m['precision']}:", "",
+                  "| shapes | MB after each shard | growth from shard 2 |", "| --- | --- | ---: |"]
+        for name, label in (("buckets", f"widths in steps of {m['width_step']}, projection rows of "
+                                         f"{m['nll_rows_step']} (the stage)"),
+                            ("every_shape", "every width and projection size its own shape")):
+            r = m[name]
+            lines.append(f"| {label} | {', '.join(f'{v:.0f}' for v in r['rss_anon_mb_after_shard'])} | "
+                         f"{r['growth_from_shard_2']:+.1%} |")
+        lines += ["", f"**{'PASS' if m['pass'] else 'FAIL'}**", ""]
     if "stages" in results:
         st = results["stages"]
         lines += ["## stages on the demo corpus (target: hard-tier mean perplexity >= 2x easy, per language)", "",
@@ -206,16 +263,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-stages", action="store_true", help="only the scoring and reader micro-benchmarks")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memory-shards", type=int, default=10, help="shards of the scoring-memory part")
+    parser.add_argument("--memory-probe", type=int, default=None, help=argparse.SUPPRESS)  # internal: one run
     args = parser.parse_args()
     os.chdir(ROOT)
     tok_params = load_section("tokenizer", tokenizer.Params)
     params = load_section("perplexity", perplexity.Params)
+    if args.memory_probe is not None:
+        memory_probe(params, tok_params, args.memory_shards, args.memory_probe)
+        return
     stamp = _provenance.stamp("perplexity", MEASURES)
     results: dict[str, Any] = {**stamp, "machine": {**stamp["machine"], "torch": torch.__version__}}
     results["scoring"] = bench_scoring(params, tok_params, args.repeats)
     print(json.dumps(results["scoring"]), flush=True)
     results["reader"] = bench_reader(params, tok_params, args.repeats)
     print(json.dumps(results["reader"]), flush=True)
+    results["memory"] = bench_memory(args.memory_shards)
+    print(json.dumps(results["memory"]), flush=True)
     if not args.skip_stages:
         results["stages"] = bench_stages(tok_params, params)
         print(json.dumps(results["stages"]), flush=True)

@@ -8,6 +8,13 @@ page costs no more than a page of prose (0 = score everything). Pieces are sorte
 into batches of about `batch_tokens` tokens, so padding stays small; the output projection runs only
 on real (non-padding) positions.
 
+Shapes come from a small fixed set: a batch's width is rounded up to a multiple of WIDTH_STEP, its rows to a
+power of two (or the full batch), and the positions fed to the output projection to a multiple of
+NLL_ROWS_STEP. oneDNN keeps compiled kernels per shape (its bf16 kernels especially) and does not give their
+memory back: with every length seen as its own shape, scoring's private memory grew with the corpus
+(~0.4 MB per new shape). Padding is never a target and causal attention never looks right, so a real
+position's score does not depend on the padding.
+
 Tiers (CCNet, Wenzek et al. 2020): per language, perplexity at or below the first percentile cutoff
 is `easy`, at or below the second `medium`, above it `hard`. A language with fewer than `min_docs`
 documents gets the cutoffs of all documents pooled.
@@ -30,6 +37,8 @@ from stages.common.lm.token_shards import TIERS
 from stages.common.runtime.device import autocast
 
 POOLED = "*"  # the cutoffs row of all languages pooled
+WIDTH_STEP = 32  # batch widths: multiples of this (capped at the context)
+NLL_ROWS_STEP = 64  # positions per output-projection call: multiples of this
 
 log = logging.getLogger("refinery.perplexity")
 
@@ -58,11 +67,13 @@ def score_documents(model: Transformer, docs: list[np.ndarray], eos_id: int, max
     model.eval()
     i = 0
     while i < len(order):
-        width = int(length[order[i]])  # the longest piece of this batch
-        batch = order[i:i + max(1, batch_tokens // width)]
+        width = min(seq_len, _round_up(int(length[order[i]]), WIDTH_STEP))  # the longest piece of this batch
+        rows = max(1, batch_tokens // width)
+        batch = order[i:i + rows]
         i += len(batch)
-        inputs = np.full((len(batch), width), eos_id, dtype=np.int64)  # padding value is irrelevant: never a target
-        targets = np.full((len(batch), width), -100, dtype=np.int64)
+        padded_rows = min(rows, 1 << (len(batch) - 1).bit_length())
+        inputs = np.full((padded_rows, width), eos_id, dtype=np.int64)  # padding value is irrelevant: never a target
+        targets = np.full((padded_rows, width), -100, dtype=np.int64)
         for row, p in enumerate(batch):
             seq = docs[doc[p]]
             s, n = int(start[p]), int(length[p])
@@ -71,17 +82,25 @@ def score_documents(model: Transformer, docs: list[np.ndarray], eos_id: int, max
             targets[row, :n] = seq[s:s + n]
         x, y = torch.from_numpy(inputs).to(device), torch.from_numpy(targets).to(device)
         mask = y != -100
+        num_real = int(mask.sum())
         with autocast(precision, device):
-            # (N, dim): padding dropped before the vocabulary projection
-            nll = model.token_nll(model.hidden_states(x)[mask], y[mask])
-        row_of_token = torch.arange(len(batch), device=device)[:, None].expand_as(y)[mask]
-        per_piece = torch.zeros(len(batch), dtype=torch.float64, device=device)
+            # (N, dim): padding dropped before the vocabulary projection, N rounded up with rows of no target
+            hidden, real_targets = model.hidden_states(x)[mask], y[mask]
+            extra = _round_up(num_real, NLL_ROWS_STEP) - num_real
+            hidden = torch.nn.functional.pad(hidden, (0, 0, 0, extra))
+            nll = model.token_nll(hidden, torch.nn.functional.pad(real_targets, (0, extra), value=-100))[:num_real]
+        row_of_token = torch.arange(padded_rows, device=device)[:, None].expand_as(y)[mask]
+        per_piece = torch.zeros(padded_rows, dtype=torch.float64, device=device)
         per_piece.index_add_(0, row_of_token, nll.double())
-        np.add.at(nll_sum, doc[batch], per_piece.cpu().numpy())
+        np.add.at(nll_sum, doc[batch], per_piece[:len(batch)].cpu().numpy())
         if progress is not None:
-            progress.update(int(mask.sum()))
+            progress.update(num_real)
     scored = np.minimum(lengths, max_tokens) if max_tokens else lengths
     return nll_sum, scored
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-n // step) * step
 
 
 @dataclass(frozen=True)

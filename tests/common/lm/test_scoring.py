@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from stages.common.lm import bpe
-from stages.common.lm.model import Transformer, preset
+from stages.common.lm.model import LOSS_CHUNK_ROWS, Transformer, preset
 from stages.common.lm.scoring import (
     CUTOFF_COLUMNS,
     HISTOGRAM_COLUMNS,
+    NLL_ROWS_STEP,
     POOLED,
+    WIDTH_STEP,
     _pieces,
     assign_tiers,
     compute_cutoffs,
@@ -60,6 +62,27 @@ def test_scores_match_a_direct_computation_whatever_the_batching(model):
         nll, scored = score_documents(model, docs, EOS, 0, batch_tokens, "fp32", DEVICE)
         np.testing.assert_allclose(nll, expected, rtol=1e-4)
         assert scored.tolist() == [3, 64, 10, 1, 40]
+
+
+def test_shapes_come_from_a_small_fixed_set_whatever_the_lengths(model):
+    """oneDNN keeps compiled kernels per input shape and never frees them: scoring must not meet a new shape
+    for every new length, or its memory grows with the corpus."""
+    shapes = set()
+    hidden, nll = model.hidden_states, model.token_nll
+    model.hidden_states = lambda x: shapes.add(("layers", *x.shape)) or hidden(x)
+    model.token_nll = lambda h, t: shapes.add(("projection", h.shape[0] % LOSS_CHUNK_ROWS)) or nll(h, t)
+    try:
+        rng = np.random.default_rng(2)
+        for _ in range(4):  # 4 shards of documents of every length from 1 to 300 tokens
+            score_documents(model, [rng.integers(1, 60, size=n) for n in rng.permutation(np.arange(1, 301))], EOS,
+                            0, 256, "fp32", DEVICE)
+    finally:
+        del model.hidden_states, model.token_nll
+    seq_len = model.config.max_seq_len
+    widths = {s[2] for s in shapes if s[0] == "layers"}
+    assert widths <= set(range(WIDTH_STEP, seq_len + 1, WIDTH_STEP)) | {seq_len}
+    assert len([s for s in shapes if s[0] == "layers"]) <= len(widths) * 6  # rows: powers of two or a full batch
+    assert {s[1] for s in shapes if s[0] == "projection"} <= set(range(0, LOSS_CHUNK_ROWS, NLL_ROWS_STEP))
 
 
 def test_long_documents_are_scored_in_pieces_and_capped(model):
