@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
+from tests.fixtures.train_inputs import write_token_shards
 from tests.integration.test_train_torchrun import launch, losses, params_file, weights
-from tests.stages.test_train import write_token_shards
 
 pytestmark = pytest.mark.integration
 STEPS = 120

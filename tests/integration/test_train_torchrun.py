@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from stages.common.lm.model import CHECKPOINT_NAME
 from tests.conftest import ROOT
-from tests.stages.test_train import write_token_shards
+from tests.fixtures.train_inputs import write_token_shards
 
 pytestmark = pytest.mark.integration
 STEPS = 8

@@ -5,64 +5,22 @@ import logging
 import warnings
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 import torch
 import yaml
 
 from stages import export, prune, qat
-from stages.common.compress.deployable import DeployLM
 from stages.common.compress.int8_pairs import EXACT_EVERYWHERE, EXACT_VNNI_ONLY
-from stages.common.compress.onnx_runtime import bound_forward, export_onnx, run_logits, session
-from stages.common.compress.pruning import magnitude_importance, select
-from stages.common.compress.pruning import prune as prune_model
 from stages.common.compress.quant import QuantScheme
 from stages.common.lm.hf import write_hf_folder
-from stages.common.lm.model import Transformer, preset
+from stages.common.lm.model import preset
 from tests.conftest import load_bench
 from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.fixtures.onnx_models import VOCAB, models
 from tests.fixtures.report import write_datasets
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-VOCAB = 97
-
-
-def models() -> dict[str, Transformer]:
-    torch.manual_seed(0)
-    gqa = Transformer(preset("debug", VOCAB, init_std=0.1)).eval()  # 4 heads, 2 kv heads
-    mha = Transformer(preset("debug", VOCAB, num_kv_heads=0, tie_embeddings=False, init_std=0.1)).eval()
-    # head size 16: exported as onnxruntime's fused GroupQueryAttention (the others: head size 8, plain ops)
-    fused = Transformer(preset("debug", VOCAB, dim=64, init_std=0.1)).eval()
-    return {"gqa_tied": gqa, "mha_untied": mha, "gqa_fused": fused,
-            # 3 heads of 8 in dim 32: transformers needs the zero-head padding
-            "pruned_heads": prune_model(mha, select(magnitude_importance(mha), 48, 3)).eval()}
-
-
-def test_bound_forward_writes_the_logits_that_run_returns(tmp_path):
-    """Latency is timed on an IOBinding forward into a preallocated buffer: the same logits as sess.run."""
-    sess = session(export_onnx(DeployLM(models()["gqa_fused"]), tmp_path / "m.onnx", VOCAB), 1)
-    ids = np.random.default_rng(0).integers(0, VOCAB, (2, 9))
-    forward = bound_forward(sess, ids, VOCAB)
-    forward()
-    np.testing.assert_array_equal(forward.buffers[1], run_logits(sess, ids))
-
-
-@pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads", "gqa_fused"])
-def test_fp32_onnx_matches_torch(tmp_path, name):
-    model = models()[name]
-    path = export_onnx(DeployLM(model), tmp_path / "m.onnx", VOCAB)
-    ops = [node.op_type for node in onnx.load(path).graph.node]
-    assert ("GroupQueryAttention" in ops) == (model.config.head_dim % 16 == 0)
-    # every residual add fused with the RMSNorm after it (2 per layer; the first norm has no residual)
-    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * model.config.num_layers
-    sess = session(path, 1)
-    for shape in ((1, 64), (3, 17), (2, 1)):  # dynamic batch and sequence axes
-        ids = torch.randint(0, VOCAB, shape)
-        with torch.no_grad():
-            expected = model(ids).numpy()
-        assert np.abs(run_logits(sess, ids) - expected).max() < 1e-4
 
 
 @pytest.mark.parametrize("name", ["gqa_tied", "mha_untied", "pruned_heads"])

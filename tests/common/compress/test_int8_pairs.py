@@ -1,3 +1,4 @@
+import collections
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,10 @@ from stages.common.compress.int8_pairs import (
     int8_weight_pairs,
     max_pair_sum,
 )
+from stages.common.compress.quant import QuantScheme
 from tests.conftest import skip_or_fail
+from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.fixtures.onnx_models import int8_onnx
 
 MS = "com.microsoft"
 MICROSOFT_OPS = ("MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QGemm")
@@ -105,6 +109,18 @@ def test_uint8_weights_are_left_out_and_a_weight_that_is_not_an_initializer_fail
 
 def test_no_integer_matmul_is_exact_everywhere():
     assert exact_on([]) == EXACT_EVERYWHERE
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("bits", [7, 8])
+def test_the_pair_check_reads_every_integer_matmul_of_an_exported_file(tmp_path, bits):
+    """The optimised file's weights as the kernels see them: 7-bit weights fit the int16 pair sums of
+    kernels without VNNI (at most 63 + 63), full-range 8-bit ones do not."""
+    path, _, _ = int8_onnx(tmp_path, QuantScheme(weight_bits=bits), 32)
+    pairs = int8_weight_pairs(path)
+    assert collections.Counter(p.op_type for p in pairs) == {"MatMulIntegerToFloat": 2 * 4, "QGemm": 1}
+    assert all(p.max_pair_sum <= 126 for p in pairs) if bits == 7 else all(p.max_pair_sum > 128 for p in pairs)
+    assert exact_on(pairs) == (EXACT_EVERYWHERE if bits == 7 else EXACT_VNNI_ONLY)
 
 
 _RUN_MATMULS = """

@@ -1,4 +1,5 @@
-"""The fake quantizers compute what the exported QuantizeLinear/DequantizeLinear nodes compute; every node of a
+"""Weights quantize to int8 per output channel and activation quantizers calibrate then freeze; the fake
+quantizers compute what the exported QuantizeLinear/DequantizeLinear nodes compute; every node of a
 small INT8 file computes what its fake-quant torch model does; and a tiny INT8 export agrees with its
 fake-quant model within the export stage's parity thresholds."""
 from __future__ import annotations
@@ -117,6 +118,39 @@ def test_weight_fake_quant_rounds_as_the_exported_int8_weights(tmp_path):
             if i.data_type == onnx.TensorProto.INT8 and i.dims == [64, 8]]
     assert len(int8) == 1
     np.testing.assert_array_equal(int8[0], torch.round(fake / scale).numpy().astype(np.int8))
+
+
+@pytest.mark.parametrize("bits,qmax", [(7, 63), (8, 127)])
+def test_weights_are_int8_per_output_channel_symmetric(bits, qmax):
+    assert QuantScheme(weight_bits=bits).weight_qmax == qmax
+    w_t = torch.randn(32, 8) * torch.linspace(0.1, 3, 8)  # (in, out): a different range per output channel
+    q, scale = quantize_weight(w_t, qmax)
+    assert q.dtype == torch.int8 and int(q.min()) >= -qmax and int(q.max()) <= qmax
+    assert scale.shape == (8,) and (q.abs().amax(0) == qmax).all()  # each channel uses its full range
+    torch.testing.assert_close(fake_quant_weight(w_t, qmax), q.float() * scale)
+
+
+def test_the_default_scheme_is_exact_on_cpus_without_vnni():
+    assert QuantScheme().weight_bits == 7  # 255 x 63 x 2 fits the int16 pair sums of AVX2 kernels
+    with pytest.raises(ValueError, match="weight_bits"):
+        QuantScheme(weight_bits=4)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_activation_quantizer_calibrates_then_freezes(symmetric):
+    aq = ActQuant(QuantScheme(activation_symmetric=symmetric))
+    aq.mode = "observe"
+    x = torch.linspace(-1.0, 3.0, 1000)
+    assert aq(x) is x  # observing passes through
+    aq.freeze()
+    if symmetric:
+        assert aq.zero_point.item() == 0 and aq.scale.item() == pytest.approx(3 / 127)
+    else:
+        assert 0 < aq.zero_point.item() < 255 and aq.scale.item() == pytest.approx(4 / 255)
+    y = aq(x)
+    assert len(torch.unique(y)) <= 256 and (y - x).abs().max() <= aq.scale.item() / 2 + 1e-6
+    aq(torch.full((10,), 100.0))
+    assert aq.hi.item() == pytest.approx(3.0)  # frozen: no longer observing
 
 
 def test_fake_quant_passes_gradients_straight_through_inside_the_range():
