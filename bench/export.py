@@ -85,6 +85,7 @@ def train_teacher(preset_name: str, steps: int, work: Path, threads: int) -> tup
     p = dataclasses.replace(
         p, preset=preset_name, max_steps=steps, tokens_dir=str(ROOT / p.tokens_dir), model_dir=str(work / "train"),
         checkpoint_dir=str(work / "train_checkpoints"), metrics_path=str(work / "train.json"),
+        detail_path=str(work / "train_detail.json"),
         steps_path=str(work / "train_steps.csv"), val_path=str(work / "train_val.csv"), num_threads=threads,
         progress_bar=False, parallel=dataclasses.replace(p.parallel, data_parallel_size=1),
         optim=dataclasses.replace(p.optim, warmup_steps=min(p.optim.warmup_steps, steps // 10)))
@@ -100,14 +101,17 @@ def run_stages(teacher: str, work: Path, threads: int, ort_threads: int) -> tupl
               for name, cls in (("prune", prune), ("qat", qat), ("export", export))}
     tokens = str(ROOT / params["prune"].tokens_dir)
     p = dataclasses.replace(params["prune"], teacher_dir=teacher, tokens_dir=tokens, out_dir=str(work / "pruned"),
-                            metrics_path=str(work / "prune.json"), checkpoint_dir=str(work / "prune_checkpoints"),
+                            metrics_path=str(work / "prune.json"), detail_path=str(work / "prune_detail.json"),
+                            checkpoint_dir=str(work / "prune_checkpoints"),
                             num_threads=threads, nproc_per_node=1)
     q = dataclasses.replace(params["qat"], model_dir=str(work / "pruned"), tokens_dir=tokens,
                             out_dir=str(work / "qat"), metrics_path=str(work / "qat.json"),
+                            detail_path=str(work / "qat_detail.json"),
                             checkpoint_dir=str(work / "qat_checkpoints"), num_threads=threads, nproc_per_node=1)
     e = dataclasses.replace(params["export"], teacher_dir=teacher, pruned_dir=str(work / "pruned"),
                             qat_dir=str(work / "qat"), tokenizer_dir=str(ROOT / params["export"].tokenizer_dir),
                             tokens_dir=tokens, out_dir=str(work / "export"), metrics_path=str(work / "export.json"),
+                            detail_path=str(work / "export_detail.json"),
                             plot_path=str(work / "export.csv"), num_threads=ort_threads)
     seconds, metrics = {}, {}
     for name, module, stage_params in (("prune", prune, p), ("qat", qat, q), ("export", export, e)):
@@ -332,7 +336,7 @@ def main() -> None:
         demo = Path(args.demo_root) if args.demo_root else None
         if demo and (demo / "models/export/onnx/model.int8.onnx").is_file():
             result["demo_root"] = str(demo)
-            demo_metrics = json.loads((demo / "metrics/export.json").read_text())
+            demo_metrics = json.loads((demo / "metrics/detail/export.json").read_text())  # every figure
             result["demo"] = measure_targets(demo / "models/export", demo_metrics,
                                           args.threads, args.rounds, work, demo / "data/perplexity/tokens")
     _provenance.write(result, markdown)
