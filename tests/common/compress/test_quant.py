@@ -32,13 +32,11 @@ from stages.common.compress.quant import (
     ActQuant,
     QuantScheme,
     fake_quant_weight,
-    freeze,
     quantize_weight,
-    set_mode,
     weight_scale,
 )
-from stages.common.lm.model import Transformer, preset
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
+from tests.fixtures.onnx_models import calibrated
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB = 97
@@ -163,17 +161,6 @@ def test_fake_quant_passes_gradients_straight_through_inside_the_range():
     assert x.grad.tolist() == [0.0, 1.0, 1.0, 1.0, 1.0, 0.0]
 
 
-def calibrated(dim: int) -> DeployLM:
-    torch.manual_seed(0)
-    model = DeployLM(Transformer(preset("debug", VOCAB, dim=dim)).eval(), QuantScheme()).eval()
-    set_mode(model, "observe")
-    with torch.no_grad():
-        for _ in range(3):
-            model(torch.randint(0, VOCAB, (4, 64)))
-    freeze(model)
-    return model
-
-
 @pytest.mark.parametrize("dim", [32, 64])  # head size 8: attention as plain ops; 16: GroupQueryAttention
 def test_a_tiny_int8_export_agrees_with_its_fake_quant_model_within_the_export_thresholds(tmp_path, dim):
     """The export stage's parity check on a tiny model, with this CPU's integer kernels (exact on every x86
@@ -182,7 +169,7 @@ def test_a_tiny_int8_export_agrees_with_its_fake_quant_model_within_the_export_t
     rounding boundary takes the next level in one of them (docs/compress.md: The parity check)."""
     if int8_kernels() == "SSE / other":
         pytest.skip(f"onnxruntime's integer kernels on this CPU are not x86 AVX2 or later ({int8_kernels()})")
-    model = calibrated(dim)
+    model = calibrated(QuantScheme(), dim, seq_len=64)
     path = export.export_int8(model, tmp_path / "model.int8.onnx", tmp_path)
     ids = torch.randint(0, VOCAB, (8, 64), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
@@ -248,7 +235,7 @@ def test_every_node_of_the_int8_file_computes_what_the_fake_quant_model_does(tmp
     """The published (optimised) INT8 graph, node by node, each fed the graph's own inputs: the quantizers give
     the same integer levels, and the integer matmuls, attention, norms and SiLU agree with the fake-quant torch
     model to float rounding. The model as a whole agrees less closely (docs/compress.md: The parity check)."""
-    model = calibrated(64)
+    model = calibrated(QuantScheme(), 64, seq_len=64)
     path = export.export_int8(model, tmp_path / "model.int8.onnx", tmp_path)
     values = every_node_output(path, torch.randint(0, VOCAB, (4, 64), generator=torch.Generator().manual_seed(2)))
     checked = collections.Counter()
