@@ -77,6 +77,7 @@ from stages.common.text.readers import (
     RawRecord,
     Record,
     Rejection,
+    check_headers,
     field_names,
     iter_raw,
     list_input_files,
@@ -395,6 +396,12 @@ class CleanStage(FilterStage):
         if params.quality.min_stop_words:
             for lang in languages_without_stop_words(params.languages):
                 log.info("clean: no stop-word list for %r: the stop-word rule is skipped for it", lang)
+        t0, num_checked = time.perf_counter(), 0
+        for source, files in zip(self.sources, files_by_source):  # a bad header in the last file stops it now
+            num_checked += check_headers(files, params.max_record_bytes, source.format)
+        if num_checked:
+            log.info("clean: the headers of %d CSV/TSV/Parquet/Arrow file(s) checked in %.1f s", num_checked,
+                     time.perf_counter() - t0)
         self.skipped: Counter[str] = Counter()  # what the files hold besides records (WARC requests, ...)
         streams: list[Iterator[RawRecord]] = []
         records: list[Record] = []  # the first ones of each source, to type the kept fields' columns
@@ -571,6 +578,7 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
     projected_docs: Counter[str] = Counter()
     projected_chars: Counter[str] = Counter()
     for origin, (source, files) in enumerate(zip(sources, source_files(params, sources))):
+        check_headers(files, params.max_record_bytes, source.format)
         # the first records of each file (of the first `check_records` files), so that every kind shows
         per_file = max(1, params.check_records // len(files))
         head = [dataclasses.replace(raw, origin=origin) for path in files[:params.check_records]

@@ -814,6 +814,46 @@ def _iter_csv(path: str, f: BinaryIO, raw: BinaryIO, delimiter: str, max_record_
         raise InputError(f"{path}: corrupt or truncated data after row {index} (file byte {raw.tell()}): {e}") from e
 
 
+def check_headers(files: list[str], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, fmt: str = "auto") -> int:
+    """Read the header of every CSV/TSV file and the schema of every Parquet/Arrow file in `files`, and
+    nothing else: a header that does not parse or names a column twice is an `InputError` naming the file
+    before any work starts, not after hours of it. The number of files checked."""
+    num_checked = 0
+    for path in files:
+        kind = file_format(path, fmt)
+        source = redact(path)
+        if kind in ("csv", "tsv"):
+            hold = max(max_record_bytes + 1, OVERSIZED_KEEP_BYTES)
+            csv.field_size_limit(hold)
+            with ExitStack() as stack:
+                f, raw = _open_stream(path, stack)
+                text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape", newline="")
+                try:
+                    _csv_header(source, _CsvSource(text, hold, "\t" if kind == "tsv" else ","))
+                except _STREAM_ERRORS as e:
+                    raise InputError(f"{source}: corrupt or truncated data in the header row: {e}") from e
+        elif kind == "parquet":
+            with open_input(path) as f:
+                try:
+                    names = pq.ParquetFile(f).schema_arrow.names
+                except (pa.ArrowException, OSError) as e:
+                    raise InputError(f"{source}: not a readable Parquet file: {e}") from e
+            _unique_names(source, names)
+        elif kind == "arrow":
+            with pa.memory_map(path) if not is_url(path) else open_input(path) as f:
+                head = f.read(6)
+                f.seek(0)
+                try:
+                    schema = (pa.ipc.open_file(f) if head == b"ARROW1" else pa.ipc.open_stream(f)).schema
+                except (pa.ArrowException, OSError) as e:
+                    raise InputError(f"{source}: not a readable Arrow file: {e}") from e
+            _unique_names(source, schema.names)
+        else:
+            continue
+        num_checked += 1
+    return num_checked
+
+
 # --- WARC / WET ---------------------------------------------------------------------------------------
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")

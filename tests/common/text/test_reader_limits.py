@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from stages import clean
-from stages.common.text.readers import (OVERSIZED_KEEP_BYTES, FieldMap, InputError, Record, Rejection, iter_raw,
-                                        list_input_files, parse_raw)
+from stages.common.text.readers import (OVERSIZED_KEEP_BYTES, FieldMap, InputError, Record, Rejection, check_headers,
+                                        iter_raw, list_input_files, parse_raw)
 from tests.conftest import ROOT, write_jsonl
 from tests.stages.test_clean import make_params
 
@@ -103,6 +103,23 @@ def test_a_repeated_csv_column_name_stops_the_run_before_any_work(tmp_path):
         clean.run(params)
     assert not os.path.exists(params.out_dir) and not os.path.exists(params.work_dir)
 
+
+
+@pytest.mark.parametrize("bad", ["z.csv", "z.parquet"])
+def test_a_repeated_column_name_in_a_late_file_stops_the_run_before_any_work(tmp_path, bad):
+    # the first file alone fills the look-ahead that checks records before work: only the header check sees z
+    (tmp_path / "raw").mkdir()
+    write_csv(tmp_path / "raw" / "a.csv", [f"r{i},text of row {i},{i}\n" for i in range(3000)])
+    if bad.endswith(".csv"):
+        write_csv(tmp_path / "raw" / bad, ROWS, header="id,text,id\n")
+    else:
+        pq.write_table(pa.table([pa.array(["a"]), pa.array(["b"]), pa.array(["c"])], names=["id", "text", "id"]),
+                       tmp_path / "raw" / bad)
+    params = make_params(tmp_path, tmp_path / "raw", num_workers=1)
+    with pytest.raises(InputError, match=rf"^\S*{re.escape(bad)}: .*column 'id' .*2 times; each column "):
+        clean.run(params)
+    assert not os.path.exists(params.out_dir) and not os.path.exists(params.work_dir)
+    assert check_headers([str(tmp_path / "raw" / "a.csv")]) == 1  # a good header passes
 
 # --- datasets save_to_disk folders ---------------------------------------------------------------------
 
