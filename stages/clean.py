@@ -69,20 +69,19 @@ from stages.common.text.filters import Dropped, FilterStage, Kept, Verdict
 from stages.common.text.langid import LANGUAGES, LangResult, LanguageIdentifier
 from stages.common.text.normalize import NormalizeOptions, normalize
 from stages.common.text.quality import QualityParams, QualityRules, languages_without_stop_words
-from stages.common.text.readers import (
+from stages.common.text.readers.dispatch import iter_raw
+from stages.common.text.readers.files import FORMATS, list_input_files
+from stages.common.text.readers.records import (
     DEFAULT_MAX_RECORD_BYTES,
-    FORMATS,
     FieldMap,
     ROW_KINDS,
     RawRecord,
     Record,
     Rejection,
-    check_headers,
     field_names,
-    iter_raw,
-    list_input_files,
     parse_raw,
 )
+from stages.common.text.readers.tabular import check_headers
 
 log = logging.getLogger("refinery.clean")
 STAGE = "clean"

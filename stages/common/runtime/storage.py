@@ -1,6 +1,6 @@
 """Where inputs are read from: the one place that opens an input file or lists a folder of them.
 
-Readers (stages/common/text/readers.py) never call `open` on an input themselves: they call
+Readers (the package stages/common/text/readers) never call `open` on an input themselves: they call
 `open_input`, which returns a seekable binary file object, and `input_size`. A local path reads the local
 file system; a URL (`s3://`, `gs://`, `hf://`, `https://`, any protocol fsspec knows) goes through fsspec,
 with the credentials each file system finds itself (AWS_* variables or ~/.aws, with AWS_ENDPOINT_URL /

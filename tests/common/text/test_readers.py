@@ -259,7 +259,7 @@ def test_blank_lines_are_skipped_fast_and_line_numbers_kept(tmp_path):
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 20])
 def test_line_reader_agrees_with_line_iteration(tmp_path, monkeypatch, chunk):
     """Same records, line numbers and bytes (so ids) as reading line by line, across chunk edges."""
-    monkeypatch.setattr(readers, "_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(readers.lines, "_CHUNK_BYTES", chunk)
     rng = random.Random(chunk)
     pieces = [b"\n", b"  \n", b"\r\n", b" ", b"\t", b'{"text": "a b"}', b"x" * 40, b"\xc3\xa9", b"\x0c"]
     data = b"".join(rng.choice(pieces) for _ in range(3000))
@@ -372,9 +372,9 @@ def test_a_corrupt_warc_gz_fails_naming_file(tmp_path):
 
 
 def test_http_charset_falls_back_to_utf8_with_replacement():
-    assert readers._charset("text/html; charset=nonsense", b"<p>x</p>") == "utf-8"
-    assert readers._charset("text/html", b"<meta charset=\"Shift_JIS\">") == "shift_jis"
-    assert readers._charset("text/html; charset=ISO-8859-1", b"") == "cp1252"  # as browsers read latin-1
+    assert readers.warc._charset("text/html; charset=nonsense", b"<p>x</p>") == "utf-8"
+    assert readers.warc._charset("text/html", b"<meta charset=\"Shift_JIS\">") == "shift_jis"
+    assert readers.warc._charset("text/html; charset=ISO-8859-1", b"") == "cp1252"  # as browsers read latin-1
 
 
 # --- WARC / HTTP: hostile pages -----------------------------------------------------------------------------
