@@ -106,6 +106,7 @@ class BuilderBase:
             thing=choice(ZH_QUOTE_THINGS))
         self.seen: set[str] = set()
         self.id_numbers: list[int] = []
+        self.genre = ""  # of the record being made (Doc.genre)
 
     def _zh_slots(self, loc: str) -> dict[str, Callable[[], str]]:
         rng = self.rng

@@ -34,10 +34,13 @@ class Builder(ManPages, Quotes, Pages, Boilerplate, Malformed, Duplicates):
         if loc == "en_US" or loc in self.zh_slots:
             r = self.rng.random()
             if r < MAN_SHARE and (loc != "en_US" or self.api):
+                self.genre = "man_page"
                 return self.man_page(loc)
             if r < MAN_SHARE + QUOTE_SHARE:
+                self.genre = "quote"
                 return self.quote(loc)
         if loc in self.zh_slots and self.rng.random() < ZH_POEM_SHARE:
+            self.genre = "poem"
             return self.zh_poem(loc)
         return "\n\n".join(self.paragraphs(loc))
 
@@ -82,13 +85,14 @@ class Builder(ManPages, Quotes, Pages, Boilerplate, Malformed, Duplicates):
         else:
             loc = self.rng.choices(list(LOCALES), [w for _, w, _ in LOCALES.values()])[0]
         for _ in range(100):  # keep the text unique so that every duplicate is a labelled one
+            self.genre = kind  # the generator names a finer genre where it has one (man_page, doc_page, ...)
             text = getattr(self, f"_{kind}")(loc)
             if text not in self.seen:
                 break
         else:
             raise RuntimeError(f"could not make a unique {kind} doc")
         self.seen.add(text)
-        return Doc(kind, loc, text, self.new_id(), self.url(loc))
+        return Doc(kind, loc, text, self.new_id(), self.url(loc), genre=self.genre)
 
     def build(self, num_docs: int) -> list[Doc]:
         """All records, in stream order."""

@@ -31,6 +31,7 @@ class Pages(BuilderBase):
     def _html(self, loc: str) -> str:
         rng, f, esc = self.rng, self.fake[loc], html.escape
         if rng.random() < DOC_PAGE_SHARE:
+            self.genre = "doc_page"
             return self.doc_page(loc)
         body = []
         for p in self.paragraphs(loc):

@@ -76,6 +76,7 @@ class Doc:
     malformed: str | None = None
     dup_of: str | None = None
     dup_type: str | None = None
+    genre: str = ""  # finer than kind where the generator knows it: man_page, quote, poem, doc_page
 
     def line(self) -> bytes:
         if self.raw is not None:
@@ -98,18 +99,43 @@ def _dumps(obj: Any) -> str:
     return s
 
 
+def _even_shares(available: dict[str, int], total: int) -> dict[str, int]:
+    """`total` split as evenly as `available` allows: a group with fewer than its share gives all it has and
+    the rest is shared among the others (water-filling), in sorted order of the groups for ties."""
+    shares, left, open_groups = dict.fromkeys(available, 0), total, sorted(available)
+    while left > 0 and open_groups:
+        each = max(1, left // len(open_groups))
+        for g in list(open_groups):
+            take = min(each, available[g] - shares[g], left)
+            shares[g] += take
+            left -= take
+            if shares[g] == available[g]:
+                open_groups.remove(g)
+            if not left:
+                break
+    return shares
+
+
 def semantic_labels(docs: list[Doc], seed: int) -> list[dict[str, Any]]:
     """Examples for the semantic filter, in stream order: every well-formed, non-duplicate en/zh ad and
-    boilerplate record (drop) and, per language, a sample of 1.5 times as many well-formed,
-    non-duplicate article/html/noisy/long records (keep). `text` is the record's text as written."""
+    boilerplate record (drop) and, per language, 1.5 times as many well-formed, non-duplicate records of
+    the keep kinds (keep), spread evenly over their genres (prose articles, man pages, quotes, poems,
+    documentation pages, other html pages, noisy and long texts) as far as each genre has records: a
+    filter learns "keep" from the kinds of good text a corpus holds, not mostly from prose, which is most
+    of the records. `text` is the record's text as written."""
     rng = random.Random(f"{seed}:semantic_labels")
     pool = [(i, LOCALES[d.locale][0]) for i, d in enumerate(docs)
             if d.malformed is None and d.dup_of is None and d.locale and LOCALES[d.locale][0] in SEMANTIC_LANGS]
     chosen = {i for i, _ in pool if docs[i].kind in SEMANTIC_DROP_KINDS}
     for lang in SEMANTIC_LANGS:
         n_drop = sum(1 for i, lg in pool if lg == lang and i in chosen)
-        keep = [i for i, lg in pool if lg == lang and docs[i].kind in SEMANTIC_KEEP_KINDS]
-        chosen.update(rng.sample(keep, min(len(keep), round(SEMANTIC_KEEP_RATIO * n_drop))))
+        by_genre: dict[str, list[int]] = {}
+        for i, lg in pool:
+            if lg == lang and docs[i].kind in SEMANTIC_KEEP_KINDS:
+                by_genre.setdefault(docs[i].genre or docs[i].kind, []).append(i)
+        shares = _even_shares({g: len(rows) for g, rows in by_genre.items()}, round(SEMANTIC_KEEP_RATIO * n_drop))
+        for genre in sorted(by_genre):
+            chosen.update(rng.sample(by_genre[genre], shares[genre]))
     rows = []
     for i in sorted(chosen):
         d = docs[i]

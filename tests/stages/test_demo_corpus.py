@@ -26,6 +26,7 @@ from stages.demo_corpus import (
     tables,
     to_traditional,
 )
+from stages.demo_corpus.records import Doc, _even_shares, semantic_labels
 from stages.demo_corpus.warc import WARC_MALFORMED, WARC_NAME
 
 # Genres of the keep class beyond articles (see the module docstring), recognised by their layout.
@@ -349,6 +350,20 @@ def test_semantic_labels(corpus) -> None:
         keep = sum(r["lang"] == lang and r["label"] == "keep" for r in rows)
         assert drop >= 10 and keep == round(1.5 * drop)
 
+
+
+def test_keep_examples_are_spread_evenly_over_the_genres() -> None:
+    assert _even_shares({"prose": 1000, "man_page": 40, "quote": 300}, 600) == {
+        "prose": 280, "man_page": 40, "quote": 280}
+    assert _even_shares({"a": 5, "b": 5}, 100) == {"a": 5, "b": 5}  # fewer records than asked: all of them
+    assert sum(_even_shares({"a": 7, "b": 9, "c": 100}, 50).values()) == 50
+    genres = ["prose"] * 900 + ["man_page"] * 60 + ["quote"] * 40
+    docs = [Doc("article", "en_US", f"text {i}", f"d{i}", genre=g) for i, g in enumerate(genres)]
+    docs += [Doc("ad", "en_US", f"ad {i}", f"a{i}", genre="ad") for i in range(100)]
+    rows = semantic_labels(docs, 0)
+    by_id = {d.id: d.genre for d in docs}
+    chosen = Counter(by_id[r["id"]] for r in rows if r["label"] == "keep")
+    assert chosen == {"man_page": 55, "quote": 40, "prose": 55}  # a random sample would take ~135 prose
 
 def test_real_text_comes_from_the_fixed_distributions_only() -> None:
     """Another package installed beside the lock, or newly pinned in it, must not change the corpus."""
