@@ -67,7 +67,8 @@ The semantic labels (`semantic_labels_path`) are examples for the semantic filte
 {"id", "text" (as written), "lang" (en|zh), "label" (keep|drop), "category" (null|ad|boilerplate)}
 for every well-formed, non-duplicate en/zh ad and boilerplate record (drop) and a seeded sample of
 1.5 times as many well-formed, non-duplicate article/html/noisy/long records per language (keep),
-the man pages, quotes and documentation pages among them.
+spread evenly over their genres (prose, man pages, quotes, poems, documentation pages, other pages,
+noisy and long texts) as far as each has records.
 
 Layout: `stage.py` (Params, run, the CLI; `python -m stages.demo_corpus` runs it via `__main__.py`),
 `records.py` (the mix of records, one record, the semantic labels), `builder.py` (the Builder: every
