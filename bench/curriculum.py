@@ -58,8 +58,9 @@ from bench import _provenance
 from stages import perplexity, train
 from stages.common.lm import bpe
 from stages.common.lm.scoring import assign_tiers, compute_cutoffs, score_documents
-from stages.common.lm.token_shards import TIERS, hash_unit, is_validation, read_manifest
+from stages.common.lm.token_shards import TIERS, is_validation, read_manifest
 from stages.common.runtime.device import resolve_device, resolve_precision
+from stages.common.runtime.digest import hash_unit
 from stages.common.runtime.params import from_dict, read_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,7 +274,7 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
     sample: list[int] = []
     for lang in sorted(set(all_langs.tolist())):
         members = [i for i in np.flatnonzero(all_langs == lang)]
-        members.sort(key=lambda i: hash_unit(f"stability:{ids[i]}", 0))
+        members.sort(key=lambda i: hash_unit(f"stability:{ids[i]}", 0, "little"))
         sample += members[:args.stability_docs]
     sample_ids = [ids[i] for i in sample]
     langs = all_langs[sample]

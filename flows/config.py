@@ -7,17 +7,16 @@ depends on how the pipeline is orchestrated (see the header of flows/config.yaml
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stages.common.runtime.check import interpolate
 from stages.common.runtime.params import from_dict, load_yaml, read_params
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace
 WORKSPACE_ENV = "REFINERY_WORKSPACE"  # set by `flows.serve --workspace`; never a flow run parameter
 CONFIG_PATH = Path("flows") / "config.yaml"
-REFERENCE_RE = re.compile(r"\$\{([^}]+)\}")
 
 
 class UnresolvedReference(KeyError):
@@ -93,15 +92,10 @@ def load_config(workspace: Path) -> FlowsConfig:
 
 def resolve(text: str, params: dict[str, Any]) -> str:
     """Replace each `${section.key}` in `text` with its value in `params` (as dvc.yaml interpolates)."""
-    def lookup(match: re.Match[str]) -> str:
-        value: Any = params
-        for part in match.group(1).split("."):
-            if not isinstance(value, dict) or part not in value:
-                raise UnresolvedReference(f"params.yaml has no {match.group(1)!r} (referenced by {text!r})")
-            value = value[part]
-        return str(value)
-
-    return REFERENCE_RE.sub(lookup, text)
+    try:
+        return interpolate(text, params)
+    except KeyError as e:
+        raise UnresolvedReference(f"params.yaml has no {e.args[0]!r} (referenced by {text!r})") from None
 
 
 def resolve_present(texts: tuple[str, ...], params: dict[str, Any]) -> list[str]:

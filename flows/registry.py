@@ -12,7 +12,6 @@ registry entry (`champion.json`), swapped in atomically.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -35,14 +34,6 @@ def evaluate_command(model_path: Path, tokenizer_dir: Path, eval_set: Path, out_
     return [sys.executable, "-m", EVALUATE_MODULE, "--model", str(model_path), "--tokenizer", str(tokenizer_dir),
             "--eval-set", str(eval_set), "--out", str(out_path), "--device", device,
             "--num-threads", str(num_threads)]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def freeze_eval_set(docs_dir: Path, out_path: Path, max_docs: int, max_chars: int) -> int:

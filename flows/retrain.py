@@ -38,6 +38,7 @@ from flows.config import (
 from flows.graph import changed_deps, stages_in_order, status_json
 from flows.lock import workspace_lock
 from flows.pipeline import pipeline
+from stages.common.runtime.digest import sha256_file
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -101,7 +102,7 @@ def provenance(root: Path) -> dict[str, Any]:
     dirty = run(["git", "status", "--porcelain", "--untracked-files=no"], root, log, quiet=True).output
     lock = root / "dvc.lock"
     return {"git_revision": revision, "git_dirty": any(dirty),
-            "dvc_lock_sha256": registry.sha256_file(lock) if lock.is_file() else None}
+            "dvc_lock_sha256": sha256_file(lock) if lock.is_file() else None}
 
 
 @task(name="decide", cache_policy=NO_CACHE)
@@ -112,10 +113,10 @@ def decide_and_record(root: Path, cfg: RetrainConfig, candidate: Path, tokenizer
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "flow_run": flow_run.get_name(),
-        "candidate": {"path": str(candidate.relative_to(root)), "sha256": registry.sha256_file(candidate),
+        "candidate": {"path": str(candidate.relative_to(root)), "sha256": sha256_file(candidate),
                       "tokenizer": str(tokenizer_dir.relative_to(root))},
         **facts,
-        "eval_set": {"path": cfg.eval_set, "sha256": registry.sha256_file(eval_set)},
+        "eval_set": {"path": cfg.eval_set, "sha256": sha256_file(eval_set)},
         "metrics": {role: asdict(score) if score else None for role, score in scores.items()},
         "pipeline_metrics": _pipeline_metrics(root),
         "decision": "promoted" if promoted else "kept champion",

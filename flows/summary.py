@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from stages.common.lm.tiers import TIERS
 from stages.common.runtime.params import read_params
 
-TIERS = ("easy", "medium", "hard")
 STALE = "(stale)"  # beside a figure whose stage `dvc repro` would rerun
 REPORT_HINT = "Full report: reports/index.html · compare runs: dvc metrics diff, dvc exp show, dvc plots diff"
 

@@ -20,6 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.errors import HydraException
 
+from stages.common.runtime.check import lookup
 from stages.common.runtime.params import shorten, shown
 
 LOCATION_SUFFIXES = ("dir", "path", "file", "input", "output")
@@ -96,12 +97,10 @@ def _check_override(text: str, override: Any, params: dict[str, Any]) -> None:
 
 
 def _lookup(params: dict[str, Any], dotted: str) -> Any:
-    value: Any = params
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
+    try:
+        return lookup(params, dotted)
+    except KeyError:
+        return _MISSING
 
 
 def names_location(key: str) -> bool:

@@ -80,14 +80,13 @@ from stages.common.lm.token_shards import (
     TokenShardWriter,
     WindowSampler,
     format_tiers,
-    hash_unit,
     is_validation,
 )
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.dataset_card import write_dataset_card
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
-from stages.common.runtime.digest import fingerprint
+from stages.common.runtime.digest import fingerprint, hash_unit
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.params import ConfigError, param, validate
@@ -237,7 +236,8 @@ def tokenize_corpus(params: Params, tokenizer: Tokenizer, eos_id: int, scratch: 
             if has_quality:
                 sample = {"quality": np.array([r[QUALITY_COLUMN] for r in batch], dtype=np.float64)}
             else:
-                sample = {"ref_unit": np.array([hash_unit(f"ref:{i}", params.seed) for i in ids], dtype=np.float64)}
+                sample = {"ref_unit": np.array([hash_unit(f"ref:{i}", params.seed, "little") for i in ids],
+                                               dtype=np.float64)}
             columns.append(id_hash=np.array([id_hash(i) for i in ids], dtype=np.uint64),
                            lang=np.array([codes.setdefault(r["lang"], len(codes)) for r in batch], dtype=np.int32),
                            split=np.array([is_validation(i, params.seed, params.val_fraction) for i in ids],

@@ -12,7 +12,6 @@ NUM_EVAL_DOCS_PER_LANG documents of each).
 """
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
 import time
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from stages.common.lm import bpe
 from stages.common.runtime.atomic import atomic_dir, check_owned_paths
 from stages.common.runtime.cli import stage_main
+from stages.common.runtime.digest import seeded_hash
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import iter_rows
@@ -73,7 +73,7 @@ def training_sample(docs: Iterable[tuple[str, int]], max_chars: int, seed: int) 
     chosen: list[tuple[int, int, int]] = []  # (-hash, -index, characters)
     num_chars = 0
     for index, (doc_id, length) in enumerate(docs):
-        key = int.from_bytes(hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest(), "big")
+        key = seeded_hash(doc_id, seed, "big")
         if num_chars >= max_chars and (key, index) > (-chosen[0][0], -chosen[0][1]):
             continue  # after the sample's end in hash order
         heapq.heappush(chosen, (-key, -index, length))

@@ -66,6 +66,7 @@ from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, Trai
 
 log = logging.getLogger("refinery.train")
 STAGE = "train"
+PARALLEL_PREFIX = f"{STAGE}.parallel."  # where params.yaml holds the layout: its errors name this key
 MAX_EPOCHS_NOTED = 20  # `refinery check` notes a max_steps that passes over the training tokens more often
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -112,7 +113,8 @@ class Params:
 
     def __post_init__(self) -> None:
         validate(self, STAGE)
-        self.parallel.check_layout(self.nproc_per_node, PRESETS[self.preset], self.gradient_accumulation_steps)
+        self.parallel.check_layout(self.nproc_per_node, PRESETS[self.preset], self.gradient_accumulation_steps,
+                                   PARALLEL_PREFIX)
 
     @property
     def num_processes(self) -> int:
@@ -203,7 +205,7 @@ def run(params: Params) -> dict[str, Any] | None:
     num_params = model.num_params()
 
     scaler = LossScaler(precision == "fp16")
-    parallel = params.parallel.resolve(env.world_size)
+    parallel = params.parallel.resolve(env.world_size, PARALLEL_PREFIX)
     mesh = build_mesh(env, parallel)
     parts = parallelize(model, mesh, parallel, env.device, params.gradient_accumulation_steps,
                         lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)

@@ -13,7 +13,8 @@ from stages import perplexity, tokenizer
 from stages.common.lm import bpe, doc_columns, order_stats
 from stages.common.lm.doc_columns import DocColumns
 from stages.common.lm.model import load_checkpoint
-from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, hash_unit, open_tiers
+from stages.common.lm.token_shards import SPLITS, TIERS, TokenShard, open_tiers
+from stages.common.runtime.digest import hash_unit
 from stages.common.runtime.params import ConfigError
 from stages.common.runtime.parquet import read_table
 from tests.fixtures.hf_datasets import expected_features, hf_load
@@ -203,7 +204,7 @@ def columns_corpus(folder: Path, langs: list[str], **columns: np.ndarray) -> per
 
 def test_reference_subset_without_scores_is_a_seeded_sample(tmp_path):
     def subset(seed: int, name: str) -> np.ndarray:
-        units = np.array([hash_unit(f"ref:d{i}", seed) for i in range(4000)])
+        units = np.array([hash_unit(f"ref:d{i}", seed, "little") for i in range(4000)])
         corpus = columns_corpus(tmp_path / name, ["en"] * 4000, ref_unit=units)
         return np.array(perplexity.reference_subset(corpus, 0.3))
 

@@ -146,13 +146,13 @@ def test_params_reject_bad_values():
                   prefix="train.")
     with pytest.raises(ValueError, match="train.precision"):
         train.Params(**PATHS, precision="fp8")
-    with pytest.raises(ValueError, match="data_parallel_mode: fsdp"):
-        ParallelParams(data_parallel_size=2, tensor_parallel_size=2)
-    with pytest.raises(ValueError, match="ddp_comm_hook"):
-        ParallelParams(data_parallel_mode="fsdp", ddp_comm_hook="fp16")
+    with pytest.raises(ValueError, match="'train.parallel.data_parallel_mode: fsdp'"):
+        train.Params(**PATHS, parallel=ParallelParams(data_parallel_size=2, tensor_parallel_size=2))
+    with pytest.raises(ValueError, match="'train.parallel.ddp_comm_hook'"):
+        train.Params(**PATHS, parallel=ParallelParams(data_parallel_mode="fsdp", ddp_comm_hook="fp16"))
     with pytest.raises(ValueError, match=r"^param 'train\.parallel\.tensor_parallel_size': must divide .* "
                                          r"one of 1, 2, got 3$"):
-        ParallelParams(tensor_parallel_size=3).check_model(2, 4, 2, 64)
+        ParallelParams(tensor_parallel_size=3).check_model(2, 4, 2, 64, train.PARALLEL_PREFIX)
 
 
 @pytest.mark.parametrize("overrides, message", [

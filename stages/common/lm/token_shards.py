@@ -23,7 +23,6 @@ training windows, one validation window), read from the shards' headers and file
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -36,13 +35,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from stages.common.lm.tiers import TIERS
+from stages.common.runtime.digest import hash_unit
 from stages.common.runtime.params import ConfigError, param
 
 MAGIC = b"RFNYTOK1"
 FORMAT_VERSION = 1
 HEADER_BYTES = 64  # a multiple of 4, so the tokens after it are aligned for uint32 too
 _HEADER = struct.Struct("<8sIIQQII")  # magic, version, itemsize, num_tokens, num_docs, vocab_size, eos_id
-TIERS = ("easy", "medium", "hard")
 SPLITS = ("train", "val")
 MANIFEST = "manifest.json"
 
@@ -51,16 +51,10 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
 
 
-def hash_unit(key: str, seed: int) -> float:
-    """A number in [0, 1) fixed by (seed, key): deterministic sampling that does not depend on order."""
-    digest = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2**64
-
-
 def is_validation(doc_id: str, seed: int, val_fraction: float) -> bool:
     """Deterministic split by a hash of the document id: a document stays on its side however the
     rest of the corpus changes."""
-    return hash_unit(f"val:{doc_id}", seed) < val_fraction
+    return hash_unit(f"val:{doc_id}", seed, "little") < val_fraction
 
 
 def shard_paths(base: str | Path) -> tuple[Path, Path]:

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-TIERS = ("easy", "medium", "hard")
+from stages.common.lm.tiers import TIERS
 
 
 def _table(header: Sequence[str], align: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

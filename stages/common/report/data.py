@@ -18,7 +18,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-TIERS = ("easy", "medium", "hard")
+from stages.common.lm.tiers import TIERS
+
 # reason prefix (before ':') -> the family the report groups it under
 FAMILIES = {"invalid": "invalid record", "lang": "language", "lang_low_prob": "language", "quality": "quality rule",
             "dedup": "duplicate", "semantic": "semantic category"}

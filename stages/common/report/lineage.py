@@ -3,7 +3,6 @@ the params file, the digests dvc.lock records for the report's inputs, library v
 Nothing here imports the libraries it names (versions come from their installed metadata)."""
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from stages.common.runtime.digest import sha256_file
 
 LIBRARIES = ("torch", "onnxruntime", "pyarrow", "prefect", "dvc", "langdetect", "transformers", "tokenizers")
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
@@ -26,10 +27,6 @@ def git_revision(cwd: str | Path = ".") -> dict[str, Any]:
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True,
                             text=True, check=True)
     return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
-def sha256_file(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def overlaps(a: Path, b: Path) -> bool:

@@ -15,7 +15,6 @@ of URLs; an absolute local path shows its last component only.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections import Counter
@@ -29,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stages.common.runtime.digest import read_source, settings, stage_code
+from stages.common.runtime.digest import code_digest, settings
 from stages.common.runtime.storage import is_url, redact
 
 CARD_NAME = "README.md"
@@ -242,17 +241,6 @@ def _params(params: Any) -> list[list[str]]:
 
     walk("", settings(params))
     return rows
-
-
-def code_digest(stage: ModuleType) -> tuple[str, int]:
-    """(blake2b-128 of the source of `stage` and of every `stages` module it imports, named relative to the
-    checkout; the number of those files). The same code gives the same digest, committed or not."""
-    root, files = stage_code(stage)
-    h = hashlib.blake2b(digest_size=16)
-    for path in files:
-        source = read_source(path)
-        h.update(f"{path.relative_to(root).as_posix()}\0{len(source)}\n".encode() + source)
-    return h.hexdigest(), len(files)
 
 
 def dataset_card(folder: Path, stage_name: str, stage: ModuleType, params: Any, notes: Sequence[str] = ()) -> str:

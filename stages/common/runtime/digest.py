@@ -14,6 +14,10 @@ A fingerprint covers
   others, package `__init__` files included. The imports are read from the source (the AST), not from
   `sys.modules`, so the fingerprint is the same whatever else the process imported, and files are named
   relative to the checkout, so it is the same wherever the checkout lies.
+
+`code_digest` is the code part alone (the dataset cards name it); `sha256_file` is what the run report's
+lineage and the model registry record of a file; `seeded_hash` / `hash_unit` fix a number to a key and a
+seed, for sampling and splits that do not depend on the order of the documents.
 """
 from __future__ import annotations
 
@@ -24,12 +28,32 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import xxhash
 
 from stages.common.runtime.params import PLACEMENT
 from stages.common.runtime.storage import fingerprint_of
+
+
+def seeded_hash(key: str, seed: int, byteorder: Literal["little", "big"]) -> int:
+    """blake2b-64 of `"<seed>:<key>"` as an unsigned integer, its bytes read in `byteorder` (the callers
+    differ, and each keeps its own: their outputs depend on it)."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest(), byteorder)
+
+
+def hash_unit(key: str, seed: int, byteorder: Literal["little", "big"]) -> float:
+    """A number in [0, 1) fixed by (seed, key): deterministic sampling that does not depend on order."""
+    return seeded_hash(key, seed, byteorder) / 2**64
+
+
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (hex), read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def file_digest(path: Path) -> str:
@@ -51,11 +75,26 @@ def fingerprint(params: Any, inputs: Iterable[str | Path | bytes], stage: Module
             h.update(b"bytes %d\n" % len(item) + item)
         else:
             h.update(f"file {fingerprint_of(str(item))}\n".encode())
+    hash_code(h, stage, "code ")
+    return h.hexdigest()
+
+
+def code_digest(stage: ModuleType) -> tuple[str, int]:
+    """(blake2b-128 of the source of `stage` and of every `stages` module it imports, named relative to the
+    checkout; the number of those files). The same code gives the same digest, committed or not."""
+    h = hashlib.blake2b(digest_size=16)
+    num_files = hash_code(h, stage, "")
+    return h.hexdigest(), num_files
+
+
+def hash_code(h: Any, stage: ModuleType, tag: str) -> int:
+    """Feed `h` the source of `stage` and of every `stages` module it imports, each file as
+    `<tag><path relative to the checkout>\\0<bytes>\\n<source>`; returns the number of files."""
     root, files = stage_code(stage)
     for path in files:
         source = read_source(path)
-        h.update(f"code {path.relative_to(root).as_posix()}\0{len(source)}\n".encode() + source)
-    return h.hexdigest()
+        h.update(f"{tag}{path.relative_to(root).as_posix()}\0{len(source)}\n".encode() + source)
+    return len(files)
 
 
 def settings(params: Any) -> Any:

@@ -58,75 +58,75 @@ class ParallelParams:
     ddp_comm_hook: str = param("none", choices=COMM_HOOKS)
     powersgd_rank: int = param(1, min=1)  # PowerSGD's matrix approximation rank
 
-    def __post_init__(self) -> None:
-        for name in ("tensor_parallel_size", "pipeline_parallel_size", "powersgd_rank"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"param 'train.parallel.{name}' must be >= 1, got {getattr(self, name)}")
-        if self.data_parallel_size < 0:
-            raise ValueError(f"param 'train.parallel.data_parallel_size' must be >= 0, got {self.data_parallel_size}")
-        if self.data_parallel_mode not in DP_MODES:
-            raise ValueError(f"param 'train.parallel.data_parallel_mode' must be one of {DP_MODES}, "
-                             f"got {self.data_parallel_mode!r}")
-        if self.pipeline_schedule not in PP_SCHEDULES:
-            raise ValueError(f"param 'train.parallel.pipeline_schedule' must be one of {PP_SCHEDULES}, "
-                             f"got {self.pipeline_schedule!r}")
-        if self.ddp_comm_hook not in COMM_HOOKS:
-            raise ValueError(f"param 'train.parallel.ddp_comm_hook' must be one of {COMM_HOOKS}, "
-                             f"got {self.ddp_comm_hook!r}")
+    # Each field's own rule (`param(..., min=, choices=)`) is checked where the caller's params are built
+    # (`from_dict`, `validate`), under the caller's key; the rules across fields, which `param` cannot state,
+    # are `check`'s. `prefix` is where the caller's params hold this layout (`train.parallel.`,
+    # `prune.parallel.`): errors name it, and the sibling keys of the section holding it.
+
+    def check(self, prefix: str) -> None:
+        """Refuse combinations of fields that no launch can run."""
         if self.data_parallel_mode == "ddp" and self.data_parallel_size != 1 and (
                 self.tensor_parallel_size > 1 or self.pipeline_parallel_size > 1):
             # DDP only handles plain (1-D) parameters; FSDP2 composes with TP's DTensors and PP stages.
-            raise ValueError("param 'train.parallel.data_parallel_mode': data parallel with tensor or pipeline "
-                             "parallel needs 'train.parallel.data_parallel_mode: fsdp' (DDP supports only 1-D "
+            raise ValueError(f"param '{prefix}data_parallel_mode': data parallel with tensor or pipeline "
+                             f"parallel needs '{prefix}data_parallel_mode: fsdp' (DDP supports only 1-D "
                              "parallelism), got ddp")
         if self.ddp_comm_hook != "none" and self.data_parallel_mode != "ddp":
-            raise ValueError("'train.parallel.ddp_comm_hook' applies to data_parallel_mode ddp only")
+            raise ValueError(f"'{prefix}ddp_comm_hook' applies to data_parallel_mode ddp only")
 
     @property
     def world_size(self) -> int:
         """Processes the layout needs; 0 when data_parallel_size is 0 (decided by the launch)."""
         return self.data_parallel_size * self.tensor_parallel_size * self.pipeline_parallel_size
 
-    def resolve(self, world_size: int) -> ParallelParams:
+    def resolve(self, world_size: int, prefix: str) -> ParallelParams:
         """The layout for `world_size` processes: data_parallel_size 0 becomes world / (tensor x pipeline)."""
         model_parallel = self.tensor_parallel_size * self.pipeline_parallel_size
         if self.data_parallel_size == 0:
             if world_size % model_parallel:
-                raise ValueError(f"param 'train.parallel.data_parallel_size: 0' needs a process count that is a "
+                raise ValueError(f"param '{prefix}data_parallel_size: 0' needs a process count that is a "
                                  f"multiple of tensor x pipeline parallel = {model_parallel}, got {world_size} "
                                  "processes")
             return dataclasses.replace(self, data_parallel_size=world_size // model_parallel)
         if self.world_size != world_size:
-            raise ValueError(f"params 'train.parallel': data x tensor x pipeline parallel = {self.data_parallel_size} "
-                             f"x {self.tensor_parallel_size} x {self.pipeline_parallel_size} = {self.world_size} "
-                             f"processes, but {world_size} processes run (set 'train.nproc_per_node: 0' to start "
-                             "exactly as many, or 'train.parallel.data_parallel_size: 0' to follow the launch)")
+            raise ValueError(f"params '{prefix.rstrip('.')}': data x tensor x pipeline parallel = "
+                             f"{self.data_parallel_size} x {self.tensor_parallel_size} x {self.pipeline_parallel_size} "
+                             f"= {self.world_size} processes, but {world_size} processes run (set "
+                             f"'{_section(prefix)}nproc_per_node: 0' to start exactly as many, or "
+                             f"'{prefix}data_parallel_size: 0' to follow the launch)")
         return self
 
-    def check_model(self, num_layers: int, num_heads: int, num_kv_heads: int, hidden_dim: int) -> None:
+    def check_model(self, num_layers: int, num_heads: int, num_kv_heads: int, hidden_dim: int, prefix: str) -> None:
         tp, pp = self.tensor_parallel_size, self.pipeline_parallel_size
         if num_heads % tp or num_kv_heads % tp or hidden_dim % tp:
             allowed = [d for d in range(1, num_heads + 1) if not (num_heads % d or num_kv_heads % d or hidden_dim % d)]
-            raise ValueError(f"param 'train.parallel.tensor_parallel_size': must divide the model's heads "
+            raise ValueError(f"param '{prefix}tensor_parallel_size': must divide the model's heads "
                              f"({num_heads}), kv heads ({num_kv_heads}) and MLP width ({hidden_dim}): one of "
                              f"{', '.join(map(str, allowed))}, got {tp}")
         if num_layers < pp:
-            raise ValueError(f"param 'train.parallel.pipeline_parallel_size': must be at most the model's "
+            raise ValueError(f"param '{prefix}pipeline_parallel_size': must be at most the model's "
                              f"{num_layers} layers, got {pp}")
 
-    def check_layout(self, num_processes: int, model: ModelConfig, num_microbatches: int) -> None:
-        """What `parallelize` and the pipeline schedule would refuse in every worker, checked before any
-        starts: the sizes against the processes to launch (`num_processes`; 0 = as many as the layout
-        needs), the model's heads, width and layers, and the micro-batches per step."""
+    def check_layout(self, num_processes: int, model: ModelConfig, num_microbatches: int, prefix: str) -> None:
+        """What `parallelize` and the pipeline schedule would refuse in every worker, checked once, before any
+        starts: the fields against each other (`check`), the sizes against the processes to launch
+        (`num_processes`; 0 = as many as the layout needs), the model's heads, width and layers, and the
+        micro-batches per step."""
+        self.check(prefix)
         if num_processes:
-            self.resolve(num_processes)
-        self.check_model(model.num_layers, model.num_heads, model.kv_heads, model.hidden_dim)
+            self.resolve(num_processes, prefix)
+        self.check_model(model.num_layers, model.num_heads, model.kv_heads, model.hidden_dim, prefix)
         pp = self.pipeline_parallel_size
         if pp > 1 and self.pipeline_schedule == "1f1b" and num_microbatches < pp:
             # torch's Schedule1F1B refuses fewer micro-batches than stages
-            raise ValueError(f"param 'train.gradient_accumulation_steps': the 1f1b pipeline schedule needs at least "
-                             f"one micro-batch per stage, >= {pp} (train.parallel.pipeline_parallel_size), got "
-                             f"{num_microbatches}")
+            raise ValueError(f"param '{_section(prefix)}gradient_accumulation_steps': the 1f1b pipeline schedule "
+                             f"needs at least one micro-batch per stage, >= {pp} ({prefix}pipeline_parallel_size), "
+                             f"got {num_microbatches}")
+
+
+def _section(prefix: str) -> str:
+    """The key prefix of the section holding the layout: `train.` for `train.parallel.`."""
+    return prefix.rstrip(".").rpartition(".")[0] + "."
 
 
 @dataclass(frozen=True)
@@ -320,7 +320,6 @@ def parallelize(model: Transformer, mesh: dist.DeviceMesh | None, p: ParallelPar
     """Apply PP, TP, activation checkpointing, compile and DP to `model` (already on `device`), in that
     order. `loss_fn(logits, targets)` is the pipeline's loss on the last stage."""
     cfg = model.config
-    p.check_model(cfg.num_layers, cfg.num_heads, cfg.kv_heads, cfg.hidden_dim)
     if mesh is None:
         module = _local_transforms(model, list(model.layers), p)
         return Parallelized(module, None, None, True, None, None)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from stages import train
 from stages.common.lm.model import Transformer, preset
+from stages.common.runtime.params import from_dict
 from stages.common.training.parallel import (
     DistEnv,
     ParallelParams,
@@ -30,49 +31,90 @@ from tests.fixtures.train_inputs import PATHS
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CPU = torch.device("cpu")
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+TRAIN = train.PARALLEL_PREFIX
 
 
 def test_data_parallel_size_zero_follows_the_launch():
     elastic = ParallelParams(data_parallel_size=0, data_parallel_mode="fsdp", tensor_parallel_size=2)
-    assert elastic.resolve(6).data_parallel_size == 3
+    assert elastic.resolve(6, TRAIN).data_parallel_size == 3
     with pytest.raises(ValueError, match="multiple of tensor x pipeline parallel = 2, got 3 processes"):
-        elastic.resolve(3)
+        elastic.resolve(3, TRAIN)
     with pytest.raises(ValueError, match="= 2 processes, but 3 processes run"):
-        ParallelParams(data_parallel_size=2).resolve(3)
+        ParallelParams(data_parallel_size=2).resolve(3, TRAIN)
     with pytest.raises(ValueError, match="nproc_per_node"):
         train.Params(**PATHS, parallel=ParallelParams(data_parallel_size=0)).num_processes
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"tensor_parallel_size": 0}, r"^param 'train\.parallel\.tensor_parallel_size' must be >= 1, got 0$"),
-    ({"powersgd_rank": 0}, r"^param 'train\.parallel\.powersgd_rank' must be >= 1, got 0$"),
-    ({"data_parallel_size": -1}, r"^param 'train\.parallel\.data_parallel_size' must be >= 0, got -1$"),
-    ({"data_parallel_mode": "zero3"}, r"^param 'train\.parallel\.data_parallel_mode' must be one of .*'zero3'$"),
-    ({"pipeline_schedule": "interleaved"}, r"^param 'train\.parallel\.pipeline_schedule' must be one of "),
-    ({"ddp_comm_hook": "int8"}, r"^param 'train\.parallel\.ddp_comm_hook' must be one of "),
+    ({"tensor_parallel_size": 0}, r"^param 'train\.parallel\.tensor_parallel_size': must be >= 1, got 0$"),
+    ({"powersgd_rank": 0}, r"^param 'train\.parallel\.powersgd_rank': must be >= 1, got 0$"),
+    ({"data_parallel_size": -1}, r"^param 'train\.parallel\.data_parallel_size': must be >= 0, got -1$"),
+    ({"data_parallel_mode": "zero3"}, r"^param 'train\.parallel\.data_parallel_mode': must be one of .*'zero3'$"),
+    ({"pipeline_schedule": "interleaved"}, r"^param 'train\.parallel\.pipeline_schedule': must be one of "),
+    ({"ddp_comm_hook": "int8"}, r"^param 'train\.parallel\.ddp_comm_hook': must be one of "),
 ], ids=["tensor_parallel_size", "powersgd_rank", "data_parallel_size", "data_parallel_mode", "pipeline_schedule",
         "ddp_comm_hook"])
 def test_a_bad_layout_param_is_refused_naming_it(overrides, message):
-    with pytest.raises(ValueError, match=message):
-        ParallelParams(**overrides)
+    with pytest.raises(ValueError, match=message):  # from params.yaml
+        from_dict(train.Params, {**PATHS, "parallel": overrides}, prefix="train.")
+    with pytest.raises(ValueError, match=message):  # built directly
+        train.Params(**PATHS, parallel=ParallelParams(**overrides))
+
+
+@pytest.mark.parametrize("prefix", ["train.parallel.", "prune.parallel.", "qat.parallel."])
+def test_errors_name_the_callers_key_prefix(prefix):
+    """Every rule is checked once, under the key of the caller's params: a layout that prune or qat reads
+    never names train's keys."""
+    section = prefix.removesuffix("parallel.")
+    debug = preset("debug", 97)
+    refused = [
+        (lambda: from_dict(ParallelParams, {"tensor_parallel_size": 0}, prefix=prefix),
+         f"param '{prefix}tensor_parallel_size': must be >= 1, got 0"),
+        (lambda: ParallelParams(data_parallel_size=2, tensor_parallel_size=2).check(prefix),
+         f"param '{prefix}data_parallel_mode': data parallel with tensor or pipeline parallel needs "
+         f"'{prefix}data_parallel_mode: fsdp'"),
+        (lambda: ParallelParams(data_parallel_mode="fsdp", ddp_comm_hook="fp16").check(prefix),
+         f"'{prefix}ddp_comm_hook' applies to data_parallel_mode ddp only"),
+        (lambda: ParallelParams(data_parallel_size=0, tensor_parallel_size=2, data_parallel_mode="fsdp")
+         .resolve(3, prefix), f"param '{prefix}data_parallel_size: 0' needs a process count"),
+        (lambda: ParallelParams(data_parallel_size=2).resolve(3, prefix),
+         f"params '{prefix[:-1]}': data x tensor x pipeline parallel = 2 x 1 x 1 = 2 processes, but 3 processes "
+         f"run (set '{section}nproc_per_node: 0' to start exactly as many, or '{prefix}data_parallel_size: 0' "
+         "to follow the launch)"),
+        (lambda: ParallelParams(tensor_parallel_size=3).check_model(2, 4, 2, 64, prefix),
+         f"param '{prefix}tensor_parallel_size': must divide"),
+        (lambda: ParallelParams(pipeline_parallel_size=3).check_model(2, 4, 2, 64, prefix),
+         f"param '{prefix}pipeline_parallel_size': must be at most"),
+        (lambda: ParallelParams(pipeline_parallel_size=2).check_layout(0, debug, 1, prefix),
+         f"param '{section}gradient_accumulation_steps': the 1f1b pipeline schedule needs at least one "
+         f"micro-batch per stage, >= 2 ({prefix}pipeline_parallel_size), got 1"),
+        (lambda: ParallelParams(data_parallel_size=2, pipeline_parallel_size=2).check_layout(4, debug, 2, prefix),
+         f"'{prefix}data_parallel_mode: fsdp'"),  # check_layout runs `check` too
+    ]
+    for refuse, message in refused:
+        with pytest.raises(ValueError) as e:
+            refuse()
+        assert message in str(e.value)
+        assert section == "train." or "train." not in str(e.value)
 
 
 def test_a_layout_needs_the_product_of_its_sizes_and_fsdp_composes_with_tensor_and_pipeline():
     layout = ParallelParams(data_parallel_size=2, data_parallel_mode="fsdp", tensor_parallel_size=2,
                             pipeline_parallel_size=3)
-    assert layout.world_size == 12 and layout.resolve(12) is layout
+    assert layout.world_size == 12 and layout.resolve(12, TRAIN) is layout
+    layout.check(TRAIN)
     elastic = ParallelParams(data_parallel_size=0, data_parallel_mode="fsdp", pipeline_parallel_size=2)
-    assert elastic.world_size == 0 and elastic.resolve(2).data_parallel_size == 1  # decided by the launch
+    assert elastic.world_size == 0 and elastic.resolve(2, TRAIN).data_parallel_size == 1  # decided by the launch
     # the model's sizes: heads 4, kv heads 2, MLP width 64, 2 layers (the debug preset)
-    ParallelParams(tensor_parallel_size=2, pipeline_parallel_size=2).check_model(2, 4, 2, 64)
+    ParallelParams(tensor_parallel_size=2, pipeline_parallel_size=2).check_model(2, 4, 2, 64, TRAIN)
     with pytest.raises(ValueError, match=r"one of 1, 2, 4, got 8$"):
-        ParallelParams(tensor_parallel_size=8).check_model(2, 4, 4, 64)
+        ParallelParams(tensor_parallel_size=8).check_model(2, 4, 4, 64, TRAIN)
     with pytest.raises(ValueError, match=r"at most the model's 2 layers, got 3$"):
-        ParallelParams(pipeline_parallel_size=3).check_model(2, 4, 2, 64)
+        ParallelParams(pipeline_parallel_size=3).check_model(2, 4, 2, 64, TRAIN)
     debug = preset("debug", 97)
-    ParallelParams(pipeline_parallel_size=2, pipeline_schedule="gpipe").check_layout(0, debug, 1)
+    ParallelParams(pipeline_parallel_size=2, pipeline_schedule="gpipe").check_layout(0, debug, 1, TRAIN)
     with pytest.raises(ValueError, match=r"at least one micro-batch per stage, >= 2 .*got 1$"):
-        ParallelParams(pipeline_parallel_size=2).check_layout(0, debug, 1)
+        ParallelParams(pipeline_parallel_size=2).check_layout(0, debug, 1, TRAIN)
 
 
 @pytest.mark.parametrize("num_layers, num_stages", [(2, 2), (4, 3), (5, 2), (7, 4), (12, 5)])
