@@ -9,7 +9,8 @@
    run, or a new encoder or library version), `demo` loads it from the cache (every later run).
 2. Devset (../shared/devset, when present), with the head trained on the demo labels only: `clean`
    then the filter on devset.jsonl + devset_zh_boilerplate.jsonl; the share of surviving boilerplate
-   dropped and of surviving other kinds (prose, fortune, manpage, html) dropped, per language.
+   dropped and of surviving other kinds (prose, fortune, manpage, html) dropped, per language, and per
+   language and document kind the documents dropped and their reasons.
 Results: bench/results/semantic_filter.json and .md.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DEVSET = ROOT.parent / "shared" / "devset"
 RUNS = ("demo_cold", "demo", "devset")
+LABELLED_LANGS = ("en", "zh")  # the languages of the demo labels: per-kind figures for these
 # The three semantic stages and their packages, and clean (run on the devset; it and the demo corpus's generator
 # make the demo documents and labels)
 MEASURES = ("stages/semantic_embed.py", "stages/semantic_head.py", "stages/semantic_filter.py",
@@ -46,12 +48,15 @@ def run_demo(tmp: Path, params_path: Path, cache: Path) -> tuple[dict, semantic_
                                                                 semantic_filter.Params]:
     tmp.mkdir()
     e = dataclasses.replace(load_section("semantic_embed", semantic_embed.Params, params_path),
-                            out_dir=str(tmp / "emb"), metrics_path=str(tmp / "embed.json"), onnx_cache_dir=str(cache))
+                            out_dir=str(tmp / "emb"), metrics_path=str(tmp / "embed.json"),
+                            detail_path=str(tmp / "embed_detail.json"), onnx_cache_dir=str(cache))
     h = dataclasses.replace(load_section("semantic_head", semantic_head.Params, params_path),
-                            embeddings_dir=e.out_dir, out_dir=str(tmp / "head"), metrics_path=str(tmp / "head.json"))
+                            embeddings_dir=e.out_dir, out_dir=str(tmp / "head"), metrics_path=str(tmp / "head.json"),
+                            detail_path=str(tmp / "head_detail.json"))
     f = dataclasses.replace(load_section("semantic_filter", semantic_filter.Params, params_path),
                             docs_dir=e.docs_dir, embeddings_dir=e.out_dir, head_dir=h.out_dir,
-                            out_dir=str(tmp / "out"), metrics_path=str(tmp / "filter.json"), work_dir=str(tmp / "work"))
+                            out_dir=str(tmp / "out"), metrics_path=str(tmp / "filter.json"),
+                            detail_path=str(tmp / "filter_detail.json"), work_dir=str(tmp / "work"))
     start = time.perf_counter()
     embed_m = semantic_embed.run(e)
     head_m = semantic_head.run(h)
@@ -81,7 +86,8 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
             row = json.loads(line)
             truth[row["id"]] = row
     c = clean.Params(input=str(raw), out_dir=str(tmp / "dev_clean"),
-                     metrics_path=str(tmp / "dev_clean.json"), reasons_plot_path=str(tmp / "dev_r.csv"),
+                     metrics_path=str(tmp / "dev_clean.json"), detail_path=str(tmp / "dev_clean_detail.json"),
+                     reasons_plot_path=str(tmp / "dev_r.csv"),
                      work_dir=str(tmp / "dev_clean_work"))
     clean.run(c)
     docs = read_table(tmp / "dev_clean" / "docs", ["id", "text", "lang"]).to_pydict()
@@ -92,18 +98,30 @@ def run_devset(tmp: Path, head: semantic_head.Params, embed: semantic_embed.Para
     semantic_embed.write_doc_embeddings(tmp / "dev_emb" / "docs.parquet", docs["id"], docs["lang"], emb)
     f = dataclasses.replace(filter_params, docs_dir=str(tmp / "dev_clean" / "docs"),
                             embeddings_dir=str(tmp / "dev_emb"), head_dir=head.out_dir, out_dir=str(tmp / "dev_out"),
-                            metrics_path=str(tmp / "dev_filter.json"), work_dir=str(tmp / "dev_filter_work"))
+                            metrics_path=str(tmp / "dev_filter.json"), detail_path=str(tmp / "dev_filter_detail.json"),
+                            work_dir=str(tmp / "dev_filter_work"))
     semantic_filter.run(f)
-    dropped = set(read_table(tmp / "dev_out" / "quarantine", ["id"]).column("id").to_pylist())
-    total, drops = Counter(), Counter()
+    quarantine = read_table(tmp / "dev_out" / "quarantine", ["id", "reason"]).to_pydict()
+    reason_of = dict(zip(quarantine["id"], quarantine["reason"]))
+    total, drops, by_kind, kind_drops, reasons = Counter(), Counter(), Counter(), Counter(), Counter()
     for doc_id in docs["id"]:
         row = truth[doc_id]
         group = (row["lang"], "boilerplate" if row["kind"] == "boilerplate" else "other")
         total[group] += 1
-        drops[group] += doc_id in dropped
-    return {f"{lang}.{group}.dropped_rate": drops[(lang, group)] / total[(lang, group)]
-            for lang, group in sorted(total)} | {f"{lang}.{group}.num": total[(lang, group)]
-                                                  for lang, group in sorted(total)}
+        drops[group] += doc_id in reason_of
+        by_kind[(row["lang"], row["kind"])] += 1
+        kind_drops[(row["lang"], row["kind"])] += doc_id in reason_of
+        if doc_id in reason_of:
+            reasons[(row["lang"], row["kind"], reason_of[doc_id])] += 1
+    return ({f"{lang}.{group}.dropped_rate": drops[(lang, group)] / total[(lang, group)]
+             for lang, group in sorted(total)} | {f"{lang}.{group}.num": total[(lang, group)]
+                                                   for lang, group in sorted(total)}
+            # per language and document kind (en/zh: the languages with labels): share dropped, and why
+            | {f"kind.{lang}.{kind}.dropped": f"{kind_drops[(lang, kind)]}/{n}"
+               for (lang, kind), n in sorted(by_kind.items()) if lang in LABELLED_LANGS}
+            | {f"reason.{lang}.{kind}.{reason}": n for (lang, kind, reason), n in sorted(reasons.items())
+               if lang in LABELLED_LANGS})
+
 
 
 def markdown(results: dict[str, Any]) -> list[str]:
