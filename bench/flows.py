@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OVERHEAD_TARGET_S = 15.0
 # The flows and the runtime they call, the pipeline they run, and the tiny settings the default run uses
-MEASURES = ("flows", "stages/common/runtime", "dvc.yaml", "params.yaml", "tests/flows/test_pipeline_real_chain.py")
+MEASURES = ("flows", "stages/common/runtime", "dvc.yaml", "params.yaml", "bench/_tiny.py")
 PIPELINE_FILES = ("stages", "dvc.yaml", "params.yaml", "requirements.lock", "flows/config.yaml", ".gitignore",
                   "bench/results/curriculum.json")  # the report's curriculum study
 
@@ -55,10 +55,10 @@ os.environ.update(PREFECT_API_URL=f"http://127.0.0.1:{PORT}/api", PREFECT_HOME=s
 import yaml  # noqa: E402 (after the Prefect settings above)
 
 from bench import _provenance  # noqa: E402 (after the Prefect settings above)
+from bench._tiny import TINY, merge_existing  # noqa: E402 (after the Prefect settings above)
 from flows.commands import command_env, dvc  # noqa: E402 (after the Prefect settings above)
 from flows.config import WORKSPACE_ENV  # noqa: E402 (after the Prefect settings above)
 from flows.serve import CREDENTIALS_FILE, is_healthy, load_or_create_credentials, start_server  # noqa: E402 (after the Prefect settings above)
-from tests.flows.test_pipeline_real_chain import TINY, merge_existing  # noqa: E402 (one tiny config)
 
 
 def sh(args: list[str], cwd: Path) -> str:

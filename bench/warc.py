@@ -8,8 +8,8 @@
    one gzip member per record, as crawlers write them) and as gzipped JSON lines {"id", "text", "url"}.
 2. `clean` (params.yaml settings, all cores) on each, interleaved for `--rounds` rounds: documents/s
    side by side, and the WARC/JSONL ratio of the medians. Both runs must keep the same documents.
-3. Readers: FastWARC (what `clean` uses) and warcio read every test file (the fixtures of
-   tests/fixtures/warc.py, the demo crawl) and the bench crawl; both must give the same records (type,
+3. Readers: FastWARC (what `clean` uses) and warcio read every test file (those
+   bench/_warc_files.py writes, the demo crawl) and the bench crawl; both must give the same records (type,
    WARC headers, block bytes), and records/s on the bench crawl are compared.
 
 Results: bench/results/warc.json and warc.md.
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import _provenance
+from bench._warc_files import write_warc, write_wet
 from stages import clean
 from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import read_table
@@ -37,9 +38,9 @@ from stages.common.text.readers import warc_blocks
 ROOT = Path(__file__).resolve().parents[1]
 DEVSET = ROOT.parent / "shared" / "devset" / "devset.jsonl"
 TARGET_RATIO = 0.8  # WARC docs/s at least this share of JSONL docs/s
-# clean and its readers, the demo corpus generator that writes the pages and the test fixtures the readers read
+# clean and its readers, the demo corpus generator that writes the pages and the test files the readers read
 MEASURES = ("stages/clean.py", "stages/common/text", "stages/common/runtime", "stages/demo_corpus",
-            "tests/fixtures/warc.py", "params.yaml")
+            "bench/_warc_files.py", "params.yaml")
 
 
 def pages(num_pages: int, seed: int) -> list[tuple[str, str]]:
@@ -115,8 +116,6 @@ def records_per_s(read, path: Path, repeats: int) -> float:
 
 
 def test_files(folder: Path) -> list[Path]:
-    sys.path.insert(0, str(ROOT))
-    from tests.fixtures.warc import write_warc, write_wet
     files = [folder / "fixture.warc.gz", folder / "fixture.warc", folder / "fixture.warc.wet.gz"]
     write_warc(files[0])
     write_warc(files[1], gzipped=False)

@@ -1,14 +1,12 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -85,14 +83,6 @@ def repo_copy(tmp_path: Path) -> Path:
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst / name)
     return dst
-
-
-def load_bench(name: str) -> ModuleType:
-    """Import `bench/<name>.py`, so tests score with exactly the benchmark's code."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sh(args: list[str], cwd: Path, timeout: int = 600) -> str:

@@ -8,74 +8,72 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import load_bench
-
-bench = load_bench("curriculum")
+from bench import curriculum
 
 
 def test_spread_is_mean_sample_std_and_range():
-    s = bench.spread([1.0, 2.0, 3.0])
+    s = curriculum.spread([1.0, 2.0, 3.0])
     assert s == {"n": 3, "mean": 2.0, "std": 1.0, "min": 1.0, "max": 3.0}
-    assert bench.spread([4.0])["std"] == 0.0
+    assert curriculum.spread([4.0])["std"] == 0.0
 
 
 def test_steps_to_reach_interpolates_between_eval_points():
     steps, losses = [0, 10, 20, 30], [8.0, 6.0, 5.0, 4.5]
-    assert bench.steps_to_reach(steps, losses, 5.5) == pytest.approx(15.0)  # halfway from 6.0 at 10 to 5.0 at 20
-    assert bench.steps_to_reach(steps, losses, 5.0) == pytest.approx(20.0)
-    assert bench.steps_to_reach(steps, losses, 9.0) == 0.0  # already there at the first eval
-    assert bench.steps_to_reach(steps, losses, 4.0) is None  # never reached
+    assert curriculum.steps_to_reach(steps, losses, 5.5) == pytest.approx(15.0)  # halfway from 6.0 at 10 to 5.0 at 20
+    assert curriculum.steps_to_reach(steps, losses, 5.0) == pytest.approx(20.0)
+    assert curriculum.steps_to_reach(steps, losses, 9.0) == 0.0  # already there at the first eval
+    assert curriculum.steps_to_reach(steps, losses, 4.0) is None  # never reached
     # a curve that dips below, comes back up and goes below again: the first crossing counts
-    assert bench.steps_to_reach([0, 10, 20, 30], [6.0, 4.0, 6.0, 3.0], 5.0) == pytest.approx(5.0)
+    assert curriculum.steps_to_reach([0, 10, 20, 30], [6.0, 4.0, 6.0, 3.0], 5.0) == pytest.approx(5.0)
 
 
 def test_welch_and_permutation_tests():
     a, b = [5.0, 5.1, 5.2], [4.0, 4.1, 4.2]
-    welch = bench.welch(a, b)
+    welch = curriculum.welch(a, b)
     assert welch["t"] == pytest.approx(1.0 / np.sqrt(0.01 / 3 + 0.01 / 3)) and welch["df"] == pytest.approx(4.0)
     assert welch["p"] < 0.001
-    perm = bench.permutation_p(a, b)
+    perm = curriculum.permutation_p(a, b)
     # completely separated groups: only the observed split and its mirror are as extreme -> 2 / 20
     assert perm == {"p": pytest.approx(0.1), "splits": 20, "min_p": pytest.approx(0.1)}
-    assert bench.permutation_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] == 1.0
-    assert bench.welch([1.0, 2.0, 3.0], [1.5, 2.5, 2.0])["p"] > 0.5
+    assert curriculum.permutation_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])["p"] == 1.0
+    assert curriculum.welch([1.0, 2.0, 3.0], [1.5, 2.5, 2.0])["p"] > 0.5
 
 
 def test_holm_matches_the_textbook_example():
     # Holm (1979) as on Wikipedia's page: 4 tests, sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1
-    assert bench.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert curriculum.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     # at alpha 0.05 the two smallest are rejected, as in the step-down procedure (0.005 < 0.05/4, 0.01 < 0.05/3,
     # 0.03 > 0.05/2 stops it)
-    assert [p < 0.05 for p in bench.holm([0.01, 0.04, 0.03, 0.005])] == [True, False, False, True]
-    assert bench.holm([0.02]) == [0.02] and bench.holm([]) == []
+    assert [p < 0.05 for p in curriculum.holm([0.01, 0.04, 0.03, 0.005])] == [True, False, False, True]
+    assert curriculum.holm([0.02]) == [0.02] and curriculum.holm([]) == []
 
 
 def test_holm_is_monotone_capped_at_one_and_passes_none_through():
     raw = [0.2, 0.001, 0.04, 0.9, 0.04, 0.5, 0.011]
-    adjusted = bench.holm(raw)
+    adjusted = curriculum.holm(raw)
     assert all(a >= p for a, p in zip(adjusted, raw))
     by_raw = [a for _, a in sorted(zip(raw, adjusted))]
     assert by_raw == sorted(by_raw)  # a smaller raw p never gets a larger adjusted p
     assert adjusted[4] == adjusted[2]  # ties stay tied
-    assert bench.holm([0.4, 0.7, 0.9]) == [1.0, 1.0, 1.0]  # 1.2, 1.4 and 0.9 -> max so far, capped
-    assert max(bench.holm([0.3] * 5)) == 1.0
+    assert curriculum.holm([0.4, 0.7, 0.9]) == [1.0, 1.0, 1.0]  # 1.2, 1.4 and 0.9 -> max so far, capped
+    assert max(curriculum.holm([0.3] * 5)) == 1.0
     # None is a test that could not run: it stays None and does not count in m
-    assert bench.holm([None, 0.01, None, 0.04]) == pytest.approx([None, 0.02, None, 0.04])
+    assert curriculum.holm([None, 0.01, None, 0.04]) == pytest.approx([None, 0.02, None, 0.04])
 
 
 def test_val_coverage_counts_the_trainers_windows():
     setup = {"eval_windows": 4, "seq_len": 10, "val_tokens": {"easy": 100, "medium": 35, "hard": 10}}
-    cov = bench.val_coverage(setup)
+    cov = curriculum.val_coverage(setup)
     # easy: 90 start positions, non-overlapping from 0 -> 9 windows, the first 4 kept; medium: starts 0, 10, 20;
     # hard: too short for one window (11 tokens)
     assert cov["windows"] == {"easy": 4, "medium": 3, "hard": 0}
     assert cov["tokens"] == {"easy": 40, "medium": 30, "hard": 0} and cov["share"] == pytest.approx(70 / 145)
-    text = bench.validation_text(setup)
+    text = curriculum.validation_text(setup)
     assert text.startswith("the first 4 windows of each tier of the perplexity stage's val split")
     assert "medium has only 3" in text and "70 of the split's 145 tokens, 48%" in text
     # a stored setup without val token counts: no share is made up
-    assert bench.val_coverage({"eval_windows": 4, "seq_len": 10}) is None
-    assert bench.validation_text({"eval_windows": 4}) == \
+    assert curriculum.val_coverage({"eval_windows": 4, "seq_len": 10}) is None
+    assert curriculum.validation_text({"eval_windows": 4}) == \
         "the first 4 windows of each tier of the perplexity stage's val split"
 
 
@@ -89,8 +87,8 @@ def test_compare_arms_against_the_uniform_baseline():
                  "loss": {"all": curve(f), "easy": curve(f - 1 + offset), "medium": curve(f), "hard": curve(f + 1)}}
                 for i, f in enumerate(finals)]
 
-    result = bench.compare_arms({"uniform": runs([5.0, 5.02, 4.98]), "better": runs([4.50, 4.52, 4.48]),
-                                 "same": runs([5.01, 4.97, 5.03])})
+    result = curriculum.compare_arms({"uniform": runs([5.0, 5.02, 4.98]), "better": runs([4.50, 4.52, 4.48]),
+                                      "same": runs([5.01, 4.97, 5.03])})
     assert result["target_loss"] == pytest.approx(5.0)
     better, same = result["arms"]["better"], result["arms"]["same"]
     assert better["diff_vs_baseline"] == pytest.approx(-0.5) and better["significant"] and better["significant_raw"]
@@ -101,7 +99,7 @@ def test_compare_arms_against_the_uniform_baseline():
     # one family: 2 arms x 4 val sets, Holm over all 8 Welch p-values; the `all` row repeats its per-set test
     assert result["correction"]["method"] == "holm" and result["correction"]["num_tests"] == 8
     tests = [t for arm in ("better", "same") for t in result["arms"][arm]["per_set"].values()]
-    assert [t["p_holm"] for t in tests] == pytest.approx(bench.holm([t["p"] for t in tests]))
+    assert [t["p_holm"] for t in tests] == pytest.approx(curriculum.holm([t["p"] for t in tests]))
     assert better["welch"]["p_holm"] == better["per_set"]["all"]["p_holm"] > better["welch"]["p"]
     assert better["permutation"]["p"] == better["per_set"]["all"]["p_perm"] == pytest.approx(0.1)
     # the better arm reaches 5.0 before its last eval point (interpolated), the uniform arm at about its end
@@ -118,8 +116,8 @@ def test_significant_follows_the_holm_p_not_the_raw_one():
         return [{"seed": i, "steps": [0, 100], "loss": {s: [8.0, f] for s in ("all", "easy", "medium", "hard")}}
                 for i, f in enumerate(finals)]
 
-    result = bench.compare_arms({"uniform": runs([5.0, 5.05, 4.95]), "a": runs([5.13, 5.18, 5.08]),
-                                 "b": runs([5.0, 5.05, 4.95])})
+    result = curriculum.compare_arms({"uniform": runs([5.0, 5.05, 4.95]), "a": runs([5.13, 5.18, 5.08]),
+                                      "b": runs([5.0, 5.05, 4.95])})
     row = result["arms"]["a"]
     assert row["welch"]["p"] < 0.05 < row["welch"]["p_holm"]
     assert row["significant_raw"] and not row["significant"]
@@ -146,7 +144,7 @@ def test_restat_recomputes_the_statistics_of_the_stored_runs_and_keeps_the_rest(
              "runs": stored_runs, "comparison": {"old": True}, "stability": None, "contents": None, "limits": []}
     (tmp_path / "study.json").write_text(json.dumps(study))
     monkeypatch.setattr(sys, "argv", ["bench/curriculum.py", "--restat", "--out", str(tmp_path / "study")])
-    bench.restat(tmp_path / "study")
+    curriculum.restat(tmp_path / "study")
     result = json.loads((tmp_path / "study.json").read_text())
     assert result["runs"] == stored_runs and result["setup"] == setup
     assert {k: result[k] for k in ("command", "date", "commit", "machine")} == {
@@ -172,7 +170,7 @@ def test_restat_refuses_a_study_that_records_no_commit(tmp_path, monkeypatch):
     (tmp_path / "study.json").write_text(json.dumps(old))
     monkeypatch.setattr(sys, "argv", ["bench/curriculum.py", "--restat", "--out", str(tmp_path / "study")])
     with pytest.raises(SystemExit, match=r"study\.json records no commit .*rerun the study"):
-        bench.restat(tmp_path / "study")
+        curriculum.restat(tmp_path / "study")
     assert json.loads((tmp_path / "study.json").read_text()) == old and not (tmp_path / "study.md").exists()
 
 
@@ -181,7 +179,7 @@ def test_tier_agreement_per_language():
     ppl = np.exp(rng.normal(4, 1, size=300))
     langs = np.array(["en"] * 150 + ["zh"] * 150, dtype=object)
     noisy = ppl * np.exp(np.where(langs == "zh", rng.normal(0, 3, size=300), 0.0))  # en: the same order
-    out = bench.tier_agreement(ppl, noisy, langs, (33.3, 66.7), min_docs=10)
+    out = curriculum.tier_agreement(ppl, noisy, langs, (33.3, 66.7), min_docs=10)
     assert out["en"]["spearman"] == pytest.approx(1.0) and out["en"]["same_tier"] == 1.0
     assert out["en"]["two_tiers_apart"] == 0.0 and np.trace(out["en"]["confusion"]) == 150
     assert out["zh"]["spearman"] < 0.8 and out["zh"]["same_tier"] < 1.0 and out["zh"]["docs"] == 150

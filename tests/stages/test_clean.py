@@ -12,13 +12,15 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench import clean as bench_clean
+from bench import languages as bench_languages
 from stages import clean
 from stages.common.runtime.params import load_section
 from stages.common.runtime.parquet import QUARANTINE_SCHEMA, PartWriter, read_table
 from stages.common.text.filters import Dropped
 from stages.common.text.langid import LANGUAGES
 from stages.common.text.readers import InputError
-from tests.conftest import ROOT, load_bench, write_jsonl
+from tests.conftest import ROOT, write_jsonl
 from tests.fixtures.hf_datasets import expected_features, hf_load
 from tests.fixtures.warc import write_warc, write_wet
 
@@ -225,10 +227,10 @@ def test_every_record_is_accounted_for(tmp_path_factory, records):
 
 def test_devset_targets(tmp_path, devset_dir):
     """The quality targets on the labelled devset in ../shared (the benchmark reports the same figures)."""
-    bench = load_bench("clean")
     params = load_section("clean", clean.Params, ROOT / "params.yaml")
-    _, outcome = bench.run_clean(params, devset_dir / "devset.jsonl", workers=2)
-    s = bench.score(bench.devset_labels(devset_dir / "devset.jsonl"), outcome, {"prose", "fortune", "manpage", "html"})
+    _, outcome = bench_clean.run_clean(params, devset_dir / "devset.jsonl", workers=2)
+    s = bench_clean.score(bench_clean.devset_labels(devset_dir / "devset.jsonl"), outcome,
+                          {"prose", "fortune", "manpage", "html"})
     assert s["langid_accuracy_zh"] >= 0.98 and s["langid_accuracy_en"] >= 0.98
     assert s["others_kept_as_zh_en_rate"] < 0.01
     assert s["good_zh_en_keep_rate"] >= 0.90
@@ -238,13 +240,12 @@ def test_devset_targets(tmp_path, devset_dir):
 
 def test_devset_every_language(tmp_path, devset_dir):
     """Every devset language kept at once (bench/languages.py reports the same figures)."""
-    bench = load_bench("languages")
     rows = [json.loads(line) for line in (devset_dir / "devset.jsonl").open(encoding="utf-8")]
     params = dataclasses.replace(load_section("clean", clean.Params, ROOT / "params.yaml"),
                                  languages=tuple(sorted({r["lang"] for r in rows})))
     write_jsonl(tmp_path / "raw" / "devset.jsonl", [{"id": r["id"], "text": r["text"]} for r in rows])
-    _, outcome = load_bench("clean").run_clean(params, tmp_path / "raw" / "devset.jsonl", workers=2)
-    per_lang = bench.score(rows, outcome)
+    _, outcome = bench_clean.run_clean(params, tmp_path / "raw" / "devset.jsonl", workers=2)
+    per_lang = bench_languages.score(rows, outcome)
     for lang, s in per_lang.items():
         if s["targeted"]:
             assert s["langid_accuracy"] >= 0.95, (lang, s)

@@ -9,12 +9,12 @@ import pytest
 import torch
 import yaml
 
+from bench import export as bench_export
 from stages import export, prune, qat
 from stages.common.compress.int8_pairs import EXACT_EVERYWHERE, EXACT_VNNI_ONLY
 from stages.common.compress.quant import QuantScheme
 from stages.common.lm.hf import write_hf_folder
 from stages.common.lm.model import preset
-from tests.conftest import load_bench
 from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
 from tests.fixtures.lm_corpus import one_torch_thread  # noqa: F401 (fixture)
 from tests.fixtures.onnx_models import VOCAB, models
@@ -117,13 +117,12 @@ def test_ratios_without_a_half_mlp_step_leave_its_ratios_out():
 
 def test_the_benchmark_judges_the_stage_ratios_against_its_targets():
     """The thresholds live in bench/export.py only, and name ratios the stage computes."""
-    bench = load_bench("export")
     ratios = export.ratios(chain_rows())
-    assert set(bench.TARGETS) <= set(ratios)
-    assert all(bench.judge(ratios).values())  # every figure of `chain_rows` sits on or inside its target
+    assert set(bench_export.TARGETS) <= set(ratios)
+    assert all(bench_export.judge(ratios).values())  # every figure of `chain_rows` sits on or inside its target
     worse = {**ratios, "ratio.int8_latency_vs_fp32_b1": 0.41, "ratio.half_mlp_speedup": 1.24,
              "ratio.qat_ppl_vs_ptq": 1.01}
-    assert {k for k, ok in bench.judge(worse).items() if not ok} == {
+    assert {k for k, ok in bench_export.judge(worse).items() if not ok} == {
         "ratio.int8_latency_vs_fp32_b1", "ratio.half_mlp_speedup", "ratio.qat_ppl_vs_ptq"}
 
 
