@@ -57,7 +57,7 @@ def run_once(params: clean.Params, tmp: Path, name: str, **overrides) -> tuple[d
     """Run the stage into tmp/name; return (metrics + load averages, digest of the docs and quarantine)."""
     out = tmp / name
     p = dataclasses.replace(params, out_dir=str(out / "clean"), metrics_path=str(out / "metrics.json"),
-                            reasons_plot_path=str(out / "reasons.csv"), work_dir=str(out / "work"), **overrides)
+                            detail_path=str(out / "detail.json"), reasons_plot_path=str(out / "reasons.csv"), work_dir=str(out / "work"), **overrides)
     load_before = os.getloadavg()[0]
     metrics = clean.run(p)
     metrics["load_before"], metrics["load_after"] = load_before, os.getloadavg()[0]

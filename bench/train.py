@@ -100,7 +100,7 @@ def run_stage(base: dict, tmp: Path, name: str, **overrides) -> dict:
     section = {**base, **overrides, "parallel": {**base["parallel"], **overrides.get("parallel", {})}}
     out = tmp / name
     section.update(model_dir=str(out / "model"), checkpoint_dir=str(out / "ckpt"), metrics_path=str(out / "train.json"),
-                   steps_path=str(out / "steps.csv"), val_path=str(out / "val.csv"), progress_bar=False)
+                   detail_path=str(out / "train_detail.json"), steps_path=str(out / "steps.csv"), val_path=str(out / "val.csv"), progress_bar=False)
     out.mkdir(parents=True)
     (out / "params.yaml").write_text(yaml.safe_dump({"train": section}))
     t0 = time.perf_counter()

@@ -38,3 +38,11 @@ def test_bench_never_imports_tests():
     offenders = {str(p.relative_to(ROOT)): found for p in scripts
                  if (found := imports_of_tests(ast.parse(p.read_text(encoding="utf-8"))))}
     assert not offenders, f"bench/ imports tests/ (move what it needs into a bench/_*.py module): {offenders}"
+
+
+def test_a_bench_that_moves_a_stages_metrics_moves_its_detail_metrics_too():
+    """A stage run with params.yaml's `detail_path` writes into the workspace's metrics/detail/, which DVC then
+    sees as changed: a bench that points `metrics_path` elsewhere must point `detail_path` there too."""
+    missing = [path.name for path in sorted((ROOT / "bench").glob("*.py"))
+               if "metrics_path" in (text := path.read_text(encoding="utf-8")) and "detail_path" not in text]
+    assert not missing, f"set detail_path beside metrics_path in: {', '.join(missing)}"
