@@ -246,14 +246,15 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 def test_semantic_keep_class_has_documentation_genres(large) -> None:
-    """The keep class is not only articles: man pages, quotes and documentation pages, in English and
-    Chinese, about in the shares the module docstring gives."""
+    """The keep class is not mostly articles: man pages, quotes and documentation pages, in English and
+    Chinese, each a good share of it (spread over genres, where a random sample would be ~75% prose)."""
     keep = Counter((r["lang"], genre(r["text"])) for r in large if r["label"] == "keep")
     for lang in ("en", "zh"):
         total = sum(n for (lg, _), n in keep.items() if lg == lang)
-        assert 0.03 * total <= keep[lang, "man"] <= 0.12 * total, keep
-        assert 0.015 * total <= keep[lang, "quote"] <= 0.08 * total, keep
-        assert keep[lang, "sphinx"] + keep[lang, "docbook"] >= 3 and keep[lang, "html"] >= 3, keep
+        assert 0.10 * total <= keep[lang, "man"] <= 0.30 * total, keep
+        assert 0.05 * total <= keep[lang, "quote"] <= 0.25 * total, keep
+        assert keep[lang, "sphinx"] + keep[lang, "docbook"] >= 0.05 * total and keep[lang, "html"] >= 3, keep
+        assert keep[lang, "other"] <= 0.6 * total, keep
     drop = Counter(genre(r["text"]) for r in large if r["label"] == "drop")
     assert drop["sphinx"] == drop["docbook"] == drop["quote"] == 0
 
