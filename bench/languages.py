@@ -8,7 +8,8 @@ Runs the real stage (`stages.clean.run`, params.yaml settings) on the devset's i
 - the share kept of the eligible documents: at least 200 characters of raw text, not boilerplate
   (`kind`) and not an injected duplicate (`dup_of`); and the reasons the dropped ones were dropped. One
   dropped as a duplicate of a document kept before it counts as kept (its content is), shown apart.
-  Most fortunes are under 200 characters, so the same share over documents of at least 100 is shown too.
+  Most fortunes are under 200 characters, so the same share over documents of at least 100 is shown too;
+- per language and document kind (fortune, manpage, html, prose, boilerplate), the share dropped and why.
 The zh/en-only figures stay in bench/clean.py. Results: bench/results/languages.json and languages.md.
 """
 from __future__ import annotations
@@ -88,6 +89,23 @@ def score(rows: list[dict], outcome: dict[str, dict]) -> dict[str, dict]:
     return per_lang
 
 
+def score_kinds(rows: list[dict], outcome: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """Per language and document kind: of the documents of at least MIN_SHORT_CHARS characters that are not an
+    injected duplicate, how many the stage dropped and why (dropped as a duplicate of a kept one counts as kept)."""
+    per_kind: dict[str, dict[str, dict]] = {}
+    for lang, kind in sorted({(r["lang"], r["kind"]) for r in rows}):
+        docs = [r for r in rows if r["lang"] == lang and r["kind"] == kind and len(r["text"]) >= MIN_SHORT_CHARS
+                and not r.get("dup_of")]
+        if not docs:
+            continue
+        dropped = [outcome[r["id"]]["reason"] for r in docs if not outcome[r["id"]]["kept"]
+                   and not outcome[r["id"]]["reason"].startswith("dedup:")]
+        per_kind.setdefault(lang, {})[kind] = {"docs": len(docs), "dropped": len(dropped),
+                                               "dropped_share": len(dropped) / len(docs),
+                                               "drop_reasons": dict(Counter(dropped).most_common())}
+    return per_kind
+
+
 def shortfalls(per_lang: dict[str, dict]) -> list[str]:
     notes = []
     for lang, s in per_lang.items():
@@ -122,6 +140,13 @@ def markdown(results: dict[str, Any]) -> list[str]:
                      f"{', '.join(f'{k} {v}' for k, v in s['drop_reasons'].items()) or '-'} | "
                      f"{'yes' if s['targeted'] else 'no'} | {s[f'eligible_{MIN_SHORT_CHARS}']} | "
                      f"{fmt(s[f'kept_share_{MIN_SHORT_CHARS}'])} |")
+    lines += ["", f"## Dropped per language and document kind (documents of >= {MIN_SHORT_CHARS} chars, "
+              "not an injected duplicate)", "",
+              "Boilerplate is the one kind meant to be dropped; for every other kind a drop is content lost.", "",
+              "| lang | kind | docs | dropped | dropped share | reasons |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for lang, kinds in results["per_language_kind"].items():
+        lines += [f"| {lang} | {kind} | {s['docs']} | {s['dropped']} | {fmt(s['dropped_share'])} | "
+                  f"{', '.join(f'{k} {v}' for k, v in s['drop_reasons'].items()) or '-'} |" for kind, s in kinds.items()]
     lines += ["", "## Short of the targets", ""]
     lines += [f"- {note}" for note in results["shortfalls"]] or ["- none"]
     lines += ["", "Why:", ""] + [f"- {note}" for note in ANALYSIS]
@@ -158,6 +183,7 @@ def main() -> None:
         "docs_per_s": metrics["docs_per_s"],
         "targets": {"min_docs": TARGET_MIN_DOCS, "langid_accuracy": TARGET_LANGID, "kept_share": TARGET_KEPT},
         "per_language": per_lang,
+        "per_language_kind": score_kinds(rows, outcome),
         "shortfalls": shortfalls(per_lang),
         "zh_en_scores": zh_en,
     }
