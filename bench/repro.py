@@ -102,6 +102,29 @@ def run_rev(rev: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]
     return row
 
 
+def side_by_side(runs: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Where two commits ran more than once each (interleaved: a b a b), each stage's mean per commit and their
+    ratio: interleaving spreads a drift in the machine's speed over both."""
+    commits = list(dict.fromkeys(run["commit"] for run in runs if run["returncode"] == 0))
+    groups = {c: [run for run in runs if run["commit"] == c and run["returncode"] == 0] for c in commits}
+    if len(commits) != 2 or min(len(g) for g in groups.values()) < 2:
+        return []
+    a, b = commits
+
+    def mean(commit: str, name: str | None) -> float | None:
+        values = [run["wall_s"] if name is None else run["stages"].get(name) for run in groups[commit]]
+        return None if None in values else sum(values) / len(values)
+
+    lines = ["", f"Mean of {len(groups[a])} runs of {a} and {len(groups[b])} of {b}, in the order they ran:", "",
+             f"| stage | {a} s | {b} s | ratio |", "| --- | --- | --- | --- |"]
+    for name in [*names, None]:
+        x, y = mean(a, name), mean(b, name)
+        ratio = f"{y / x:.2f}x" if x and y else "-"
+        cells = ["-" if v is None else f"{v:,.1f}" for v in (x, y)]
+        lines.append(f"| {name or '**total**'} | {cells[0]} | {cells[1]} | {ratio} |")
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> list[str]:
     lines = ["# The demo's `dvc repro` from a fresh clone (bench/repro.py)", "", *_provenance.header(r),
              "Each revision runs in a fresh clone with an empty DVC cache, one after the other. A stage's time runs "
@@ -126,6 +149,7 @@ def markdown(r: dict[str, Any]) -> list[str]:
 
     lines += [row(name, [run["stages"].get(name) for run in runs]) for name in names]
     lines.append(row("**total**", [run["wall_s"] if run["returncode"] == 0 else None for run in runs]))
+    lines += side_by_side(runs, names)
     lines += ["", "| revision | exit | no-op `dvc repro` s | stages a no-op run ran | load start | load end |",
               "| --- | --- | --- | --- | --- | --- |"]
     for run in runs:
