@@ -154,7 +154,7 @@ def run_fewer_labels(tmp: Path, head: semantic_head.Params, filter_params: seman
                      dev: tuple[Path, Path, dict[str, dict]], fractions: tuple[float, ...]) -> dict:
     """Per share of the demo labels: the examples per language and class, the head's thresholds and validation
     figures on that share's own validation split, and the devset's dropped shares."""
-    table = read_table(Path(head.embeddings_dir) / "labels.parquet")
+    table = pq.read_table(Path(head.embeddings_dir) / "labels.parquet")
     columns = table.select(["id", "lang", "label", "category"]).to_pydict()
     out = {}
     for fraction in fractions:
