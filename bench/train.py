@@ -106,7 +106,8 @@ def run_stage(base: dict, tmp: Path, name: str, **overrides) -> dict:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "stages.train", "--params", str(out / "params.yaml")], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = json.loads((out / "train.json").read_text())
+    # every figure (the detail file: precision, layout, ...) under the headline ones
+    metrics = {**json.loads((out / "train_detail.json").read_text()), **json.loads((out / "train.json").read_text())}
     metrics["wall_s"] = time.perf_counter() - t0
     return metrics
 
