@@ -17,7 +17,8 @@ ones included):
 * Chinese bodies: half of the article/html/noisy bodies are prose from sentence templates with real
   structure, technical ("在使用{tool}时，...", commands and options in running prose, so technical is
   not boilerplate) or general (places, seasons, people), and 8% of the other articles are
-  classical-style couplets from word lists; zh_TW gets all templated Chinese in Traditional script
+  classical-style couplets from word lists, half under a header as anthologies print one (a title, often
+  the poet and the poet's years: 题目:《…》 作者:…); zh_TW gets all templated Chinese in Traditional script
   (`to_traditional`). The rest, and all long docs (templated text repeats too many 10-char runs for
   `clean` at 50 KB), is Faker lorem, as is the text of the other languages.
 * More genres of real documentation and prose, so that the keep class is not only articles (see
@@ -26,13 +27,20 @@ ones included):
     lines, NAME/SYNOPSIS/DESCRIPTION/OPTIONS at 7 columns, option descriptions at 14, sometimes
     RETURN VALUE, EXAMPLES, SEE ALSO...). English ones render a real function's docstring (`api_docs`:
     one documented function in API_EVERY, whose docstring is then not in the prose pool), mostly as
-    a command whose parameters are --options, sometimes as a section-3 library function; Chinese
+    a command whose parameters are --options, sometimes as a section-3 library function (half of
+    those in C: a LIBRARY line, #include and a C prototype); Chinese
     ones come from templates (名称/概述/描述/选项/示例..., three heading styles, English command and
     option names, full-sentence Chinese option descriptions).
   - quotes, 5% of the en and zh articles: 60-300 chars with an attribution line ("\n    -- Name",
     "\n\t\t-- Name, \"Work\""): en template aphorisms, general sentences of the prose pool
     (`quote_sentences`) and Zen of Python lines in frames; zh own sayings and couplets attributed
     "-- 作者《题目》", some coloured with ANSI codes as fortune files are.
+  - reference sections, 5% of the en articles: a numbered manual section ("9.4. Backup utilities") whose
+    body is a table of packages, commands, functions or options with one-line descriptions (`api_docs`
+    summaries) as an ASCII grid, a Markdown table or aligned columns (`reference.py`).
+  - READMEs, 5% of the en articles: a section of a real project description (the METADATA body of an
+    installed distribution, as written: Markdown or reST with code blocks; `readme_sections`), each used
+    once: prose about software that is not its licence.
   - documentation pages, half the html pages: Sphinx (navigation in div.related and
     div.sphinxsidebar, "¶" header links, Pygments code blocks, a footer div; English ones carry
     0-2 autodoc entries from `api_docs`) or, 20% of them, DocBook XSL chunks whose navigation
@@ -73,7 +81,7 @@ noisy and long texts) as far as each has records.
 Layout: `stage.py` (Params, run, the CLI; `python -m stages.demo_corpus` runs it via `__main__.py`),
 `records.py` (the mix of records, one record, the semantic labels), `builder.py` (the Builder: every
 record in stream order) with its parts `base.py` (seeded state, prose primitives), `man_pages.py`,
-`quotes.py`, `pages.py`, `boilerplate.py`, `malformed.py`, `duplicates.py`; the real-text sources
+`quotes.py`, `reference.py`, `pages.py`, `boilerplate.py`, `malformed.py`, `duplicates.py`; the real-text sources
 `docstrings.py` (docstrings, help topics, API docs) and `dist_text.py` (licences, .po catalogs);
 `warc.py` (the crawl), `text.py` (small text helpers) and `tables.py`, which loads the word lists and templates in
 `data/*.yaml` and the HTML skeletons in `data/html/`. Imports only `stages.common.runtime`.

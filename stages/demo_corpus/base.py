@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from faker import Faker
 
-from stages.demo_corpus.dist_text import licence_docs, po_catalogs
+from stages.demo_corpus.dist_text import licence_docs, po_catalogs, readme_sections
 from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles, zen_lines
 from stages.demo_corpus.records import CJK, LOCALES, NO_ID_SHARE, ZH_PROSE_SHARE
 from stages.demo_corpus.tables import (
@@ -43,8 +43,10 @@ from stages.demo_corpus.tables import (
     ZH_LESSONS,
     ZH_NUMBERS,
     ZH_OPTIONS,
+    ZH_PEN_NAMES,
     ZH_PEOPLE,
     ZH_PLACES,
+    ZH_POEM_HEADERS,
     ZH_QUOTE_ACTS,
     ZH_QUOTE_THINGS,
     ZH_REASONS,
@@ -76,11 +78,14 @@ class BuilderBase:
         self.real = real_articles(self.rng)
         self.real_share = 1.0  # of English article/html/noisy bodies; set by build() to spread the pool
         self.licences = licence_docs(self.rng)  # real licence text for English boilerplate, used once each
+        self.readmes = list(readme_sections())  # real project descriptions for English keep documents, used once each
+        self.rng.shuffle(self.readmes)
         self.po = {v: [m for _, variant, msgs in po_catalogs() if variant == v for m in msgs]
                    for v in ("zh_CN", "zh_TW")}
         self.zh_slots = {loc: self._zh_slots(loc) for loc in ("zh_CN", "zh_TW")}
         self.api = list(api_docs())  # for English man pages and documentation pages, used once each
         self.rng.shuffle(self.api)
+        self.api_all = tuple(self.api)  # every API doc, for the rows of reference tables (reused)
         zen = zen_lines()
         self.zen = [zen[i:i + 2] for i in range(0, len(zen) - 1, 2)]  # pairs of consecutive ones, for quotes
         self.rng.shuffle(self.zen)
@@ -177,11 +182,16 @@ class BuilderBase:
         return [f"{half[2 * i]}，{half[2 * i + 1]}。" for i in range(n)]
 
     def zh_poem(self, loc: str) -> str:
-        """2-4 couplets of 5- or 7-character lines from the poem word lists, sometimes under a title."""
+        """2-4 couplets of 5- or 7-character lines from the poem word lists, half of them under a header as
+        anthologies print one (a title, often the poet and the poet's years: ZH_POEM_HEADERS)."""
         rng = self.rng
         lines = self.couplets(rng.choice((2, 2, 3, 4)))
         if rng.random() < 0.5:
-            lines.insert(0, f"《{rng.choice(POEM_NOUNS)}{rng.choice(('', '吟', '怀古', '夜泊', '送别'))}》")
+            born = rng.randint(600, 1900)
+            author = rng.choice(ZH_PEN_NAMES) if rng.random() < 0.5 else self.fake[loc].name()
+            lines.insert(0, rng.choice(ZH_POEM_HEADERS).format(
+                title=f"《{rng.choice(POEM_NOUNS)}{rng.choice(('', '吟', '怀古', '夜泊', '送别'))}》", author=author,
+                born=born, died=born + rng.randint(30, 85)))
         text = "\n".join(lines)
         return to_traditional(text) if loc == "zh_TW" else text
 

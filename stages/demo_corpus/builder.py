@@ -9,13 +9,16 @@ from stages.demo_corpus.malformed import Malformed
 from stages.demo_corpus.man_pages import ManPages
 from stages.demo_corpus.pages import Pages
 from stages.demo_corpus.quotes import Quotes
+from stages.demo_corpus.reference import Reference
 from stages.demo_corpus.records import (
     BOILER_LOCALES,
     CJK,
     LOCALES,
     MAN_SHARE,
     QUOTE_SHARE,
+    README_SHARE,
     REAL_KINDS,
+    REFERENCE_SHARE,
     ZH_POEM_SHARE,
     Doc,
     record_counts,
@@ -26,7 +29,7 @@ SYMBOL_RUNS = ("★★★★★", ">>>>>>", "!!!!!!!!", "=====", "~~~~~~~~", "##
 CONTROL = ("\x00", "\x07", "\x08", "\x0b", "\x0c", "\x0e", "\x1b", "\x7f", "\u200b", "\ufeff")
 
 
-class Builder(ManPages, Quotes, Pages, Boilerplate, Malformed, Duplicates):
+class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplicates):
     """`Builder(seed).build(num_docs)`: the records; `content(kind)` makes one record of a kind by calling
     `_<kind>(locale)` (article, html, ad, boilerplate, short, long, noisy)."""
 
@@ -39,6 +42,12 @@ class Builder(ManPages, Quotes, Pages, Boilerplate, Malformed, Duplicates):
             if r < MAN_SHARE + QUOTE_SHARE:
                 self.genre = "quote"
                 return self.quote(loc)
+            if r < MAN_SHARE + QUOTE_SHARE + REFERENCE_SHARE and loc == "en_US":
+                self.genre = "reference"
+                return self.reference_section(loc)
+            if r < MAN_SHARE + QUOTE_SHARE + REFERENCE_SHARE + README_SHARE and loc == "en_US" and self.readmes:
+                self.genre = "readme"
+                return self.readmes.pop()
         if loc in self.zh_slots and self.rng.random() < ZH_POEM_SHARE:
             self.genre = "poem"
             return self.zh_poem(loc)
@@ -98,8 +107,9 @@ class Builder(ManPages, Quotes, Pages, Boilerplate, Malformed, Duplicates):
         """All records, in stream order."""
         n_kind, n_bad, n_dup = record_counts(num_docs)
         self.id_numbers = self.rng.sample(range(num_docs), num_docs)
-        # English bodies from the pool: not the man pages and quotes (about MAN_SHARE + QUOTE_SHARE of articles)
-        english = (sum(n_kind[k] for k in REAL_KINDS) - n_kind["article"] * (MAN_SHARE + QUOTE_SHARE)) \
+        # English bodies from the pool: not the man pages, quotes, reference sections and READMEs
+        english = (sum(n_kind[k] for k in REAL_KINDS)
+                   - n_kind["article"] * (MAN_SHARE + QUOTE_SHARE + REFERENCE_SHARE + README_SHARE)) \
             * LOCALES["en_US"][1]
         self.real_share = min(1.0, len(self.real) / english)
         base = [self.content(k) for k, n in n_kind.items() for _ in range(n)]

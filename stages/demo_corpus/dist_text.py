@@ -1,6 +1,7 @@
 """Real licence text and Chinese translations from the installed distributions that requirements.lock
 pins: licence, copyright and notice files of their *.dist-info folders (`licence_texts`, cut into
-boilerplate documents by `licence_docs`) and the Chinese gettext catalogs they ship (`po_catalogs`)."""
+boilerplate documents by `licence_docs`), the sections of their project descriptions (`readme_sections`: keep
+documents) and the Chinese gettext catalogs they ship (`po_catalogs`)."""
 from __future__ import annotations
 
 import functools
@@ -94,6 +95,46 @@ def licence_docs(rng: random.Random) -> list[str]:
     docs = _drop_near_duplicates(docs)  # e.g. the BSD clauses, which differ in the project's name only
     rng.shuffle(docs)
     return docs
+
+
+README_CHARS = (300, 3000)  # a README document: one or more consecutive sections of a project description
+# Section headings: Markdown ("## Usage") or reStructuredText (a line underlined with = - ~ ^ " or *)
+README_HEADING = re.compile(r"\n(?=#{1,6} \S|[^\n]+\n[=\-~^\"*]{3,}[ \t]*\n)")
+README_SKIP = re.compile(r"licen[cs]e|copyright|changelog|change log|release notes|contributors|credits|sponsors|"
+                         r"thanks", re.IGNORECASE)
+README_BADGES = re.compile(r"image::|\[!\[")  # badge blocks: images and links, not prose
+
+
+@functools.cache
+def readme_sections() -> tuple[str, ...]:
+    """The sections of the project descriptions (the body of METADATA: the README as PyPI shows it) of the
+    installed distributions, in sorted order, as written (Markdown or reStructuredText): real prose about
+    software (what a project does, how to install and use it, its community) with its code blocks, lists
+    and tables. Left out: sections whose heading speaks of licences, copyright, changes or credits (the
+    boilerplate class has those) and badge blocks; sections under 300 chars join the next one. Each section is
+    cut to 3000 chars at a paragraph break."""
+    lo, hi = README_CHARS
+    sections: list[str] = []
+    for root in _site_packages():
+        for dist in sorted(d for d in root.glob("*.dist-info") if _corpus_dist_info(d)):
+            path = dist / "METADATA"
+            if not path.is_file():
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+            head, _, body = text.partition("\n\n")  # the body follows the header block
+            cur = ""
+            for part in README_HEADING.split("\n" + body.strip() + "\n"):
+                part = part.strip("\n")
+                if not part or README_SKIP.search(part.split("\n", 1)[0]) or README_BADGES.search(part):
+                    continue
+                cur = f"{cur}\n\n{part}" if cur else part
+                if len(cur) >= lo:
+                    while len(cur) > hi:
+                        cut = cur.rfind("\n\n", 0, hi)
+                        cur = cur[:cut] if cut >= lo else cur[:hi].rsplit(" ", 1)[0]
+                    sections.append(cur)
+                    cur = ""
+    return tuple(_drop_near_duplicates(sections))
 
 
 PO_LINE = re.compile(r'(msgctxt|msgid_plural|msgid|msgstr(?:\[\d+\])?)\s+(".*")')

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from stages.demo_corpus.base import BuilderBase
 from stages.demo_corpus.docstrings import ApiDoc
 from stages.demo_corpus.tables import (
+    MAN_C_LIBRARIES,
+    MAN_C_TYPES,
     MAN_TITLES_CLI,
     MAN_TITLES_LIB,
     MONTHS,
@@ -40,12 +42,16 @@ class ManPages(BuilderBase):
 
     def _man_en(self, api: ApiDoc) -> str:
         """The man page of a documented function: as a command (section 1; its parameters become
-        --options) or, when its signature is known, sometimes as a library function (section 3)."""
+        --options) or, when its signature is known, sometimes as a library function (section 3; half of
+        those as C: a LIBRARY line, #include and a C prototype)."""
         rng = self.rng
         parts = api.name.split(".")
         project, func = parts[0], parts[-1]
         library = api.signature is not None and rng.random() < 0.3
-        if library:
+        c_style = library and rng.random() < 0.5  # a C library function: LIBRARY, #include, a C prototype
+        if c_style:
+            cmd, sec, title = func, rng.choice(("2", "3", "3")), MAN_TITLES_LIB[0]
+        elif library:
             cmd, sec, title = api.name, rng.choice(("3", "3", "3py")), rng.choice(MAN_TITLES_LIB)
         else:
             cmd = func.replace("_", "-") if rng.random() < 0.6 else f"{project}-{func.replace('_', '-')}"
@@ -58,12 +64,21 @@ class ManPages(BuilderBase):
         header = rng.random() < 0.8
         if header:
             out += [_man_title_line(ref, title.format(project=project.capitalize()), ref), ""]
-        out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), "", "SYNOPSIS"]
+        out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), ""]
+        if c_style:
+            library_line = rng.choice(MAN_C_LIBRARIES).format(project=project, Project=project.capitalize())
+            out += ["LIBRARY", _man_wrap(library_line, 7), ""]
+        out.append("SYNOPSIS")
         options = []
         for name, typ, _ in api.params:
             flag = f"-{name}" if len(name) == 1 else f"--{name.replace('_', '-')}"
             options.append(f"{flag} {meta}" if (meta := _metavar(name, typ)) else flag)
-        if library:
+        if c_style:
+            args = ", ".join(f"{rng.choice(MAN_C_TYPES)} {a.split('=')[0].split(':')[0].strip().lstrip('*')}" for a in api.signature or ())
+            ret = rng.choice(MAN_C_TYPES)
+            out += [f"       #include <{project}/{parts[-2] if len(parts) > 1 else project}.h>", "",
+                    _man_wrap(f"{ret}{'' if ret.endswith('*') else ' '}{func}({args or 'void'});", 7, 8 + len(func))]
+        elif library:
             owner = ".".join(parts[:-1])
             call = func
             if len(parts) >= 3 and parts[-2][:1].isupper():  # a method

@@ -39,6 +39,8 @@ ZH_POEM_SHARE = 0.08  # of Chinese articles (other than man pages and quotes): c
 # --- Genres of real documentation and prose beyond articles, for the keep class of the semantic labels.
 MAN_SHARE = 0.08  # of English and Chinese articles: man pages (English ones from `api_docs`)
 QUOTE_SHARE = 0.05  # of English and Chinese articles: a quote or saying with an attribution line
+REFERENCE_SHARE = 0.05  # of English articles: a numbered manual section holding a table (reference.py)
+README_SHARE = 0.05  # of English articles: a section of a real project description (dist_text.readme_sections)
 DOC_PAGE_SHARE = 0.5  # of html pages: documentation pages (Sphinx, some DocBook) instead of PAGE
 DOCBOOK_SHARE = 0.2  # of documentation pages: DocBook XSL chunks, whose navigation text `clean` keeps
 QUOTE_CHARS = (60, 300)

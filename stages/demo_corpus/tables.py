@@ -94,6 +94,7 @@ ZH_JOURNEYS: tuple[str, ...] = _CHINESE["zh_journeys"]
 ZH_QUOTE_THINGS: tuple[str, ...] = _CHINESE["zh_quote_things"]
 ZH_QUOTE_TITLES: tuple[str, ...] = _CHINESE["zh_quote_titles"]
 ZH_PEN_NAMES: tuple[str, ...] = _CHINESE["zh_pen_names"]
+ZH_POEM_HEADERS: tuple[str, ...] = _CHINESE["zh_poem_headers"]
 
 _WEB = load("web.yaml")
 AD_EN: tuple[str, ...] = _WEB["ad_en"]
@@ -144,6 +145,8 @@ NOTICE_THINGS: tuple[str, ...] = _SOFTWARE["notice_things"]
 _MAN_PAGES = load("man_pages.yaml")
 MAN_TITLES_CLI: tuple[str, ...] = _MAN_PAGES["man_titles_cli"]
 MAN_TITLES_LIB: tuple[str, ...] = _MAN_PAGES["man_titles_lib"]
+MAN_C_LIBRARIES: tuple[str, ...] = _MAN_PAGES["man_c_libraries"]
+MAN_C_TYPES: tuple[str, ...] = _MAN_PAGES["man_c_types"]
 ZH_MAN_PROGS: tuple[tuple[str, str, str, int], ...] = _MAN_PAGES["zh_man_progs"]
 ZH_MAN_OPTIONS: tuple[tuple[str, str, str, str], ...] = _MAN_PAGES["zh_man_options"]
 ZH_MAN_OPTION_NOTES: tuple[str, ...] = _MAN_PAGES["zh_man_option_notes"]
@@ -166,6 +169,9 @@ EN_DOC_TITLES: tuple[str, ...] = _DOC_PAGES["en_doc_titles"]
 ZH_DOC_HEADINGS: tuple[str, ...] = _DOC_PAGES["zh_doc_headings"]
 DOC_LABELS: dict[str, dict[str, str]] = _DOC_PAGES["doc_labels"]
 SPHINX_THEMES: tuple[str, ...] = _DOC_PAGES["sphinx_themes"]
+REFERENCE_COLUMNS: tuple[tuple[str, ...], ...] = _DOC_PAGES["reference_columns"]
+REFERENCE_CAPTIONS: tuple[str, ...] = _DOC_PAGES["reference_captions"]
+REFERENCE_THINGS: tuple[str, ...] = _DOC_PAGES["reference_things"]
 
 _TRADITIONAL = load("traditional.yaml")
 S2T_PHRASES: dict[str, str] = _TRADITIONAL["s2t_phrases"]

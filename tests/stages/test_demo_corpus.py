@@ -27,6 +27,7 @@ from stages.demo_corpus import (
     to_traditional,
 )
 from stages.demo_corpus.records import Doc, _even_shares, semantic_labels
+from stages.demo_corpus.dist_text import readme_sections
 from stages.demo_corpus.warc import WARC_MALFORMED, WARC_NAME
 
 # Genres of the keep class beyond articles (see the module docstring), recognised by their layout.
@@ -538,3 +539,19 @@ def test_the_warc_holds_html_pages_and_records_clean_quarantines(corpus) -> None
     assert [(raw.index, r.id) for raw, r in zip(raws, parsed)] == [(lab["line"], lab["id"]) for lab in warc_labels]
     assert [getattr(r, "reason", None) for r in parsed[-3:]] == [f"invalid:{m}" for m in WARC_MALFORMED]
     assert skipped == {"warc_skipped.warcinfo": 1, "warc_skipped.request": len(warc_labels)}
+
+
+def test_reference_sections_readmes_c_man_pages_and_poem_headers(large) -> None:
+    """Keep examples of what users' corpora hold beyond prose: manual sections holding a table (grid, Markdown
+    or columns), sections of real project READMEs, C library man pages; Chinese poems under anthology headers."""
+    en_keep = [r["text"] for r in large if r["label"] == "keep" and r["lang"] == "en"]
+    reference = [t for t in en_keep if re.match(r"\d+(?:\.\d+)+\. \S", t)]
+    assert len(reference) >= 5
+    assert all(re.search(r"^(?:\+-+\+|\|.*\||\S+ {2,}\S)", t, re.M) for t in reference)
+    readmes = set(readme_sections())
+    assert sum(t in readmes for t in en_keep) >= 5
+    assert not any(re.search(r"licen[cs]e|copyright", t.split("\n", 1)[0], re.I) for t in readmes)
+    assert any("\nLIBRARY\n" in t and "#include <" in t for t in en_keep)
+    poems = [r["text"] for r in large if r["label"] == "keep" and r["lang"] == "zh" and re.match(r"(?:题目:)?《", r["text"])]
+    # a title, and for some the poet (with the years, or after the title) before the first couplet
+    assert any(re.match(r"(?:题目:)?《[^》]+》(?: |\n(?:作者[:：])?)[^，\n]+\n", t) for t in poems), poems[:3]
