@@ -296,3 +296,14 @@ def test_the_filter_reads_embeddings_in_step_not_all_at_once(tmp_path):
     assert reader.read(10, 3)[0] == []  # past the end: nothing, and the ids then refuse the shard
     with pytest.raises(AssertionError, match="in order"):
         reader.read(2, 1)
+
+
+def test_no_threshold_above_max_threshold():
+    """Validation that separates cleanly puts the threshold mid-gap (0.8 here); max_threshold caps it, so a
+    document the head finds likelier keep than drop is kept whatever the validation examples allow."""
+    validation = {"lang": ["en"] * 4 + ["zh"] * 4, "label": ["keep", "keep", "drop", "drop"] * 2,
+                  "p_keep": [0.95, 0.9, 0.7, 0.6, 0.4, 0.9, 0.1, 0.2]}
+    uncapped = semantic_filter.thresholds(validation, 0.98)
+    assert uncapped["en"] == pytest.approx(0.8) and uncapped["zh"] == pytest.approx(0.3)
+    capped = semantic_filter.thresholds(validation, 0.98, max_threshold=0.5)
+    assert capped["en"] == 0.5 and capped["zh"] == pytest.approx(0.3) and capped["*"] <= 0.5
