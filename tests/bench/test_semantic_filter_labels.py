@@ -15,3 +15,15 @@ def test_label_share_cuts_every_group_alike_and_a_smaller_share_is_a_subset_of_a
     assert set(tenth) <= set(half)
     assert label_share(labels, 1.0) == list(range(100))
     assert label_share(labels, 0.5) == half  # fixed by the ids, not by chance
+
+
+def test_corpus_seeds_table_gives_rates_with_their_counts():
+    from bench.semantic_filter import corpus_seeds_table
+
+    figures = {"threshold.en": 0.5, "val.en.precision": 0.991, "val.en.recall": 0.97, "en.boilerplate.dropped_rate": 40 / 43,
+               "en.boilerplate.num": 43, "en.other.dropped_rate": 7 / 157, "en.other.num": 157,
+               "threshold.zh": 0.41, "val.zh.precision": 1.0, "val.zh.recall": 0.99, "zh.boilerplate.dropped_rate": 53 / 58,
+               "zh.boilerplate.num": 58, "zh.other.dropped_rate": 0.0, "zh.other.num": 184}
+    lines = corpus_seeds_table({"seed_1234": {"params.yaml": figures}})
+    assert lines[2] == "| 1234 | params.yaml | en | 0.500 | 0.991 | 0.970 | 0.930 (40/43) | 0.045 (7/157) |"
+    assert lines[3] == "| 1234 | params.yaml | zh | 0.410 | 1.000 | 0.990 | 0.914 (53/58) | 0.000 (0/184) |"
