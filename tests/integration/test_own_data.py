@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,6 +42,9 @@ def merge(into: dict, changes: dict) -> None:
             into[key] = value
 
 
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def demo_texts_and_labels(folder: Path) -> tuple[list[str], Path]:
     """Texts of a small demo corpus (its malformed records, duplicates and other languages included) and
     its semantic-filter labels, standing in for a user's documents and labels."""
@@ -57,7 +61,9 @@ def demo_texts_and_labels(folder: Path) -> tuple[list[str], Path]:
             except ValueError:
                 continue
             text = record.get("text") if isinstance(record, dict) else None
-            if isinstance(text, str) and text.strip():
+            # Exports hold UTF-8 (a JSON escape can carry a lone surrogate, which Parquet refuses) and texts
+            # under clean.max_record_bytes (a CSV field over it that spans lines is split: docs/clean.md)
+            if isinstance(text, str) and text.strip() and len(text) < 1_000_000 and not SURROGATE.search(text):
                 texts.append(text)
     return texts, Path(params.semantic_labels_path)
 
