@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (ROOT / "data" / "raw" / "demo").is_dir():
         sys.exit("bench.check: no demo corpus in data/raw/demo: run `make demo` or `dvc repro demo_corpus` first")
-    command = [sys.executable, "-m", "stages.common.runtime.check", "--root", str(ROOT)]
+    command = [sys.executable, "-m", "stages.check", "--root", str(ROOT)]
     seconds, output = [], ""
     stamp = _provenance.stamp("check", MEASURES)
     for _ in range(args.runs):

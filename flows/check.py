@@ -1,7 +1,7 @@
 """`refinery check` for the flows: the workspace's params.yaml and the inputs it names, checked before a
 flow runs anything, so a mistake fails the run before DVC removes any output.
 
-The check runs as the command `python -m stages.common.runtime.check` in the workspace, like every stage
+The check runs as the command `python -m stages.check` in the workspace, like every stage
 (`dvc repro` runs `python -m stages.<name>` there): it judges params.yaml with the workspace's own stage
 code, and this process never imports the stages (nor torch).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from flows.commands import command_env
 from flows.config import ROOT
 
-CHECK_MODULE = "stages.common.runtime.check"
+CHECK_MODULE = "stages.check"
 CONFIG_ERROR_STATUS = 2  # the check's exit status for mistakes in params.yaml or its inputs
 
 

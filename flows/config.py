@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.common.runtime.check import interpolate
+from stages.common.runtime.dvcfile import interpolate
 from stages.common.runtime.params import from_dict, load_yaml, read_params
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository these flows ship in: the default workspace

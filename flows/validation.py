@@ -20,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.errors import HydraException
 
-from stages.common.runtime.check import lookup
+from stages.common.runtime.dvcfile import lookup
 from stages.common.runtime.params import shorten, shown
 
 LOCATION_SUFFIXES = ("dir", "path", "file", "input", "output")

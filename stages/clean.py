@@ -37,24 +37,25 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from stages.common.runtime.atomic import check_owned_paths, write_csv
+from stages.common.runtime.atomic import write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import (  # noqa: F401 (bench/clean.py uses resolve_workers)
     ShardResult,
     check_executor,
     resolve_workers,
 )
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA
 from stages.common.runtime.storage import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
+    exists,
+    fingerprint_of,
     input_size,
-    is_url,
-    redact,
     set_timeouts,
-    url_path,
 )
+from stages.common.runtime.urls import is_url, redact, url_path
 from stages.common.text.dedup import (
     DedupParams,
     DuplicateLookup,
@@ -639,9 +640,10 @@ def run(params: Params) -> dict[str, Any]:
     """Clean `params.input` (its sources) into `params.out_dir`; return the metrics (written to
     `detail_path`, the headline to `metrics_path`)."""
     set_timeouts(params.remote_connect_timeout_s, params.remote_read_timeout_s)
-    check_owned_paths(STAGE, {"input": params.input}, {"out_dir": params.out_dir}, {"work_dir": params.work_dir})
+    check_owned_paths(STAGE, {"input": params.input}, {"out_dir": params.out_dir}, {"work_dir": params.work_dir},
+                      url_exists=exists)
     stage = CleanStage(params)
-    metrics = stage.run(stage.files)
+    metrics = stage.run([fingerprint_of(f).encode() if is_url(f) else f for f in stage.files])
     write_csv(params.reasons_plot_path, ["reason", "family", "count"],
               [(reason, reason.split(":")[0], n) for reason, n in sorted(stage.reasons.items(),
                                                                           key=lambda rc: (-rc[1], rc[0]))])

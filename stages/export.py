@@ -57,10 +57,10 @@ from stages.common.lm.model import CHECKPOINT_NAME, CONFIG_METADATA_KEY, Transfo
 from stages.common.lm.token_shards import TIERS, open_tiers
 from stages.common.report.card import model_card
 from stages.common.report.data import read_funnel
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
-from stages.common.runtime.check import missing_input
+from stages.common.runtime.atomic import atomic_dir, write_csv
 from stages.common.runtime.cli import config_error, stage_main
 from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.ownership import check_owned_paths, missing_input
 from stages.common.runtime.params import ConfigError, from_dict, load_section, param, validate
 
 log = logging.getLogger("refinery.export")

@@ -24,7 +24,7 @@ and write the tiered token shards the `train` stage reads.
     <out_dir>/tokens/{train,val}/{easy,medium,hard}.bin|.idx.npy   token shards (stages.common.lm.token_shards)
     <out_dir>/tokens/manifest.json         vocabulary, eos id, dtype, docs and tokens per shard
     <out_dir>/cutoffs.csv                  lang, easy_max, medium_max, num_docs, source
-    <out_dir>/README.md                    the dataset card of docs/ (stages.common.runtime.dataset_card)
+    <out_dir>/README.md                    the dataset card of docs/ (stages.common.text.dataset_card)
     <model_dir>/model.safetensors          the reference LM (config in its metadata)
 
 plus `metrics_path` and `plot_path` (per-language histogram of log10 perplexity, cutoffs marked).
@@ -82,15 +82,16 @@ from stages.common.lm.token_shards import (
     format_tiers,
     is_validation,
 )
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv, write_json
+from stages.common.runtime.atomic import atomic_dir, write_csv, write_json
 from stages.common.runtime.cli import stage_main
-from stages.common.runtime.dataset_card import write_dataset_card
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
 from stages.common.runtime.digest import fingerprint, hash_unit
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.metrics import select, write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.runtime.parquet import PartWriter, iter_rows
+from stages.common.text.dataset_card import write_dataset_card
 from stages.common.training.optim import OptimParams
 from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 

@@ -52,10 +52,11 @@ from stages.common.lm.token_shards import (
     read_manifest,
 )
 from stages.common.runtime import digest
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths
+from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_precision, seed_everything
 from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads

@@ -28,10 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths
+from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import resolve_workers
 from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import iter_rows
 from stages.common.semantic.encoder import DEFAULT_ENCODER, Encoder

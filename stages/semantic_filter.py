@@ -28,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common.runtime.atomic import check_owned_paths
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import check_executor
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA, iter_rows
 from stages.common.semantic.features import Features, NgramParams

@@ -26,9 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from safetensors.torch import save_file
 
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths
+from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.semantic.features import Features, NgramParams
 from stages.common.semantic.head import (

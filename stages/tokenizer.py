@@ -25,10 +25,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stages.common.lm import bpe
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths
+from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.digest import seeded_hash
 from stages.common.runtime.metrics import select, write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import iter_rows
 

@@ -46,10 +46,11 @@ from stages.common.lm.token_shards import (
     window_tokens,
 )
 from stages.common.runtime import digest
-from stages.common.runtime.atomic import atomic_dir, check_owned_paths, write_csv
+from stages.common.runtime.atomic import atomic_dir, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import resolve_precision, seed_everything
 from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training import checkpoint
 from stages.common.training.checkpoint import CheckpointParams

@@ -12,9 +12,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from stages.common.runtime.atomic import atomic_dir, atomic_path, check_owned_paths
+from stages.common.runtime.atomic import atomic_dir, atomic_path
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.demo_corpus.builder import Builder
 from stages.demo_corpus.records import Doc, _dumps, record_counts, semantic_labels

@@ -12,7 +12,7 @@ import yaml
 from flows.workspace import (CORPUS_DIR, CURRICULUM_DEP, DEMO_STAGE, LABELS_PATH, TEMPLATE_DIR, labels_readme,
                              own_data_dvc_yaml, own_data_params, plot_templates)
 from stages.clean import Params as CleanParams
-from stages.common.runtime.check import interpolate, maker, read_dvc_stages
+from stages.common.runtime.dvcfile import interpolate, maker, read_dvc_stages
 from stages.common.runtime.params import from_dict
 from stages.common.text.readers import SUPPORTED_SUFFIXES
 from tests.conftest import BIN, ROOT

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.common.runtime.check import interpolate, read_dvc_stages
+from stages.common.runtime.dvcfile import interpolate, read_dvc_stages
 from tests.conftest import BIN, ROOT, init_dvc_repo, sh
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,8 @@ another stage is refused (a params mistake such as `clean.out_dir: data/raw/demo
 the raw corpus). An empty marker names no stage: written by a version before markers named their stage, it
 stays replaceable by any stage, or every existing output would have to be deleted by hand after an
 upgrade; the next run of its stage names it (a DVC pipeline reruns every stage after an upgrade, since
-each lists this file as a dependency). `check_owned_paths`, called first in each stage's
-`run`, refuses inputs that do not exist, any other existing folder and output folders that overlap the
-stage's inputs (local ones: a URL cannot overlap a folder), each other, the working directory or `data/`,
-before anything runs (a `ConfigError`: the stage command prints it as one line). The temporary siblings a
+each lists this file as a dependency). Which folders a stage may write is checked before it starts, by
+stages.common.runtime.ownership. The temporary siblings a
 killed run leaves (`.<name>.*.tmp`, `.<name>.old`) are removed when the next run publishes that folder.
 """
 from __future__ import annotations
@@ -22,18 +20,15 @@ import contextlib
 import csv
 import fcntl
 import glob
-import itertools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stages.common.runtime.check import input_exists, missing_input
 from stages.common.runtime.params import ConfigError, shown
-from stages.common.runtime.storage import is_url
 
 SUCCESS_MARKER = "_SUCCESS"  # an output folder's, written last: {"stage": the stage that wrote it}
 WORK_MARKER = "_FINGERPRINT"  # a work folder's: the digest of what its shards were computed from
@@ -160,48 +155,6 @@ def atomic_dir(path: str | Path, key: str = "output folder", stage: str | None =
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         os.close(lock)
-
-
-def _folder(path: str | Path) -> Path:
-    """The folder a path names, resolved; for a glob, the folder before its first wildcard."""
-    parts = Path(path).expanduser().parts
-    plain = list(itertools.takewhile(lambda p: not glob.has_magic(p), parts))
-    return Path(*plain).resolve() if plain else Path.cwd()
-
-
-def _overlap(a: Path, b: Path) -> bool:
-    return a == b or a.is_relative_to(b) or b.is_relative_to(a)
-
-
-def check_owned_paths(stage: str, inputs: Mapping[str, str | Path], outputs: Mapping[str, str | Path],
-                      work: Mapping[str, str | Path] | None = None) -> None:
-    """For the start of a stage's `run`, before any work: ConfigError naming the param when an input does
-    not exist, or when an output folder (`outputs`: published with `atomic_dir`; `work`: a WorkDir) is the
-    working directory, contains it, is `data/`, overlaps an input or another output, or exists without
-    a marker, or with one naming another stage. Empty input params ("": not used) are skipped."""
-    for key, path in inputs.items():
-        if str(path) and not input_exists(path):
-            raise ConfigError(missing_input(stage, key, str(path)))
-    work = dict(work or {})
-    cwd = Path.cwd().resolve()
-    sources = {key: _folder(path) for key, path in inputs.items() if str(path) and not is_url(path)}
-    folders = {key: Path(path).expanduser().resolve() for key, path in {**outputs, **work}.items()}
-    for key, folder in folders.items():
-        name = f"'{stage}.{key}'"
-        if cwd.is_relative_to(folder) or folder == cwd / "data":
-            raise ConfigError(f"param {name} must be a folder of its own, not {folder}: the stage replaces it whole")
-        for source_key, source in sources.items():
-            if _overlap(folder, source):
-                raise ConfigError(f"param {name} ({folder}) overlaps input '{stage}.{source_key}' ({source}); "
-                                 f"pick a folder outside the stage's inputs")
-        for other_key, other in folders.items():
-            if other_key < key and _overlap(folder, other):
-                raise ConfigError(f"params {name} and '{stage}.{other_key}' overlap ({folder}, {other}); "
-                                 f"give each a folder of its own")
-        if key in work:
-            check_replaceable(folder, WORK_MARKER, f"{stage}.{key}", frozenset({WORK_LOCK}))
-        else:
-            check_replaceable(folder, SUCCESS_MARKER, f"{stage}.{key}", stage=stage)
 
 
 def write_json(path: str | Path, data: Any) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from stages.common.runtime.params import ConfigError, load_section
-from stages.common.runtime.storage import InputError
+from stages.common.runtime.urls import InputError
 
 log = logging.getLogger("refinery.cli")
 CONFIG_ERROR_STATUS = 2  # as argparse exits on a wrong command line

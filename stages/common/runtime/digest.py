@@ -25,6 +25,7 @@ import ast
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -33,7 +34,6 @@ from typing import Any, Literal
 import xxhash
 
 from stages.common.runtime.params import PLACEMENT
-from stages.common.runtime.storage import fingerprint_of
 
 
 def seeded_hash(key: str, seed: int, byteorder: Literal["little", "big"]) -> int:
@@ -73,8 +73,9 @@ def fingerprint(params: Any, inputs: Iterable[str | Path | bytes], stage: Module
     for item in inputs:
         if isinstance(item, bytes):
             h.update(b"bytes %d\n" % len(item) + item)
-        else:
-            h.update(f"file {fingerprint_of(str(item))}\n".encode())
+        else:  # a local file: its size and modification time (a remote one comes as bytes: storage.fingerprint_of)
+            st = os.stat(item)
+            h.update(f"file {item}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     hash_code(h, stage, "code ")
     return h.hexdigest()
 

@@ -25,10 +25,11 @@ import glob
 import io
 import logging
 import os
-import re
 import time
 from typing import Any, BinaryIO
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from stages.common.runtime.urls import InputError, is_url, protocol, redact, scrub
 
 log = logging.getLogger("refinery.storage")
 
@@ -37,54 +38,10 @@ RETRY_DELAY_S = 0.5
 CONNECT_TIMEOUT_S = 10.0  # per request: opening the connection
 READ_TIMEOUT_S = 30.0  # per request: the wait for the answer, and between its chunks; a whole download may take longer
 _timeout_s = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S}  # what set_timeouts last set
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _GLOBBING = ("s3", "s3a", "gs", "gcs", "hf", "file", "memory")  # protocols whose listings make globs and folders work
 # Not worth a retry: the same answer would come again.
 _FINAL_REASONS = ("not found", "forbidden")
 _FINAL_ERRORS = (IsADirectoryError, NotADirectoryError)
-
-
-class InputError(ValueError):
-    """An input file that cannot be read whole (corrupt, truncated, unreachable); the message names the
-    file and where."""
-
-
-def is_url(path: str | os.PathLike) -> bool:
-    """Whether `path` is a URL (`scheme://...`) rather than a local path; `file://` counts as a URL."""
-    return bool(_URL_RE.match(str(path)))
-
-
-def redact(path: str | os.PathLike) -> str:
-    """`path` as it may be shown: a URL without user info (`user:password@`), query string or fragment
-    (a presigned URL's signature); a local path as it is."""
-    path = str(path)
-    if not is_url(path):
-        return path
-    parts = urlsplit(path)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def scrub(text: str, path: str) -> str:
-    """`text` (an error message) with every spelling of URL `path` that holds a secret replaced by `redact(path)`."""
-    if not is_url(path):
-        return text
-    parts = urlsplit(path)
-    text = text.replace(path, redact(path))
-    secrets = [s for s in (parts.query, parts.fragment, parts.netloc.rpartition("@")[0]) if s]
-    secrets += [spelling for s in secrets for spelling in (unquote(s), quote(unquote(s), safe="=&:"))]
-    for secret in sorted(set(secrets), key=len, reverse=True):  # longest first: a part inside another
-        text = text.replace(secret, "<redacted>")
-    return text
-
-
-def url_path(path: str) -> str:
-    """The part of `path` that names the file (a URL without its query), for telling formats by suffix."""
-    return urlsplit(path).path if is_url(path) else path
-
-
-def protocol(url: str) -> str:
-    return url.split("://", 1)[0].lower()
 
 
 def set_timeouts(connect_s: float = CONNECT_TIMEOUT_S, read_s: float = READ_TIMEOUT_S) -> None:

@@ -1,3 +1,4 @@
-"""Text curation: readers for raw corpora, normalisation, language ID, quality rules, exact / near dedup, and
-`filters`, the base of the filter stages (clean, semantic_filter). Imports `stages.common.runtime` only.
+"""Text curation: readers for raw corpora, normalisation, language ID, quality rules, exact / near dedup,
+`filters`, the base of the filter stages (clean, semantic_filter), and the dataset cards of the documents
+they publish. Imports `stages.common.runtime` only.
 """

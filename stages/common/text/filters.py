@@ -23,7 +23,7 @@ shard's verdicts as soon as it is decided.
 
     <out_dir>/docs/part-*.parquet        kept documents (`doc_schema`)
     <out_dir>/quarantine/part-*.parquet  dropped documents with their reason (QUARANTINE_SCHEMA)
-    <out_dir>/README.md                  the dataset card (stages.common.runtime.dataset_card)
+    <out_dir>/README.md                  the dataset card (stages.common.text.dataset_card)
 """
 from __future__ import annotations
 
@@ -42,11 +42,11 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from stages.common.runtime.atomic import atomic_dir
-from stages.common.runtime.dataset_card import write_dataset_card
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import ShardResult, WorkDir, _importable, map_shards, resolve_workers
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, PartWriter
+from stages.common.text.dataset_card import write_dataset_card
 
 RESULTS_FILE = "results.pickle"  # a shard's result rows, one per document, in input order
 
@@ -148,9 +148,10 @@ class FilterStage(ABC):
                 **{f"kept.{lang}": n for lang, n in select(metrics, "kept").items()},
                 "docs_per_s": metrics["docs_per_s"]}
 
-    def run(self, input_files: Sequence[str | Path]) -> dict[str, Any]:
-        """Filter `documents()` into `out_dir`; write and return the metrics. `input_files`, the params and
-        the stage's code identify the work folder's shards."""
+    def run(self, input_files: Sequence[str | Path | bytes]) -> dict[str, Any]:
+        """Filter `documents()` into `out_dir`; write and return the metrics. `input_files` (local paths, or
+        for a remote file what identifies its version: storage.fingerprint_of), the params and the stage's
+        code identify the work folder's shards."""
         p = self.params
         work = WorkDir(p.work_dir, fingerprint(p, input_files, sys.modules[type(self).__module__]))
         in_flight: deque[list[Any]] = deque()  # the documents of the shards handed out, in order

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from stages.common.runtime import storage
-from stages.common.runtime.check import input_exists, missing_input
-from stages.common.runtime.digest import fingerprint_of
+from stages.common.runtime import storage, urls
+from stages.common.runtime.ownership import missing_input
+from stages.common.runtime.storage import fingerprint_of
 from stages.common.text.readers import InputError, iter_raw, list_input_files, parse_raw
 from tests.fixtures.object_store import SECRET, flaky_reads, http_root, s3_server  # noqa: F401 (fixtures)
 
@@ -36,18 +36,18 @@ def texts(files: list[str]) -> list[tuple[str, str, int]]:
 
 
 def test_redact_drops_user_info_query_and_fragment():
-    assert storage.redact("https://user:pa55@host.example:8443/a/b.jsonl?X-Amz-Signature=abc&t=1#frag") == \
+    assert urls.redact("https://user:pa55@host.example:8443/a/b.jsonl?X-Amz-Signature=abc&t=1#frag") == \
         "https://host.example:8443/a/b.jsonl"
-    assert storage.redact("s3://bucket/raw/a.jsonl.gz") == "s3://bucket/raw/a.jsonl.gz"
-    assert storage.redact("hf://datasets/org/name/data/*.parquet") == "hf://datasets/org/name/data/*.parquet"
-    assert storage.redact("data/raw/a?b.jsonl") == "data/raw/a?b.jsonl"  # a local path (a glob) is left alone
+    assert urls.redact("s3://bucket/raw/a.jsonl.gz") == "s3://bucket/raw/a.jsonl.gz"
+    assert urls.redact("hf://datasets/org/name/data/*.parquet") == "hf://datasets/org/name/data/*.parquet"
+    assert urls.redact("data/raw/a?b.jsonl") == "data/raw/a?b.jsonl"  # a local path (a glob) is left alone
     assert missing_input("clean", "input", "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
         "param 'clean.input': https://h/x.jsonl does not exist"
     message = "GET https://u:pw@h/x.jsonl?sig=s3cr3t failed; sig=s3cr3t"
-    assert storage.scrub(message, "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
+    assert urls.scrub(message, "https://u:pw@h/x.jsonl?sig=s3cr3t") == \
         "GET https://h/x.jsonl failed; <redacted>"
     url = "https://h/x.jsonl?sig=a%2Fb%3D%3D&k=v"  # an error may spell the query decoded or re-encoded
-    assert "a/b==" not in storage.scrub("GET https://h/x.jsonl?sig=a/b==&k=v", url)
+    assert "a/b==" not in urls.scrub("GET https://h/x.jsonl?sig=a/b==&k=v", url)
 
 
 def test_reads_jsonl_gz_and_parquet_objects(s3_server):
@@ -79,8 +79,8 @@ def test_globs_and_prefix_with_pattern_list_sorted(s3_server):
         list_input_files(f"{url}/missing")
     with pytest.raises(ValueError, match="matches no"):
         list_input_files(f"{url}/raw/*.txt")
-    assert input_exists(f"{url}/raw") and input_exists(f"{url}/raw/a.jsonl.gz") and input_exists(f"{url}/raw/*.gz")
-    assert not input_exists(f"{url}/missing") and not input_exists(f"{url}/missing/*.gz")
+    assert all(storage.exists(f"{url}/{path}") for path in ("raw", "raw/a.jsonl.gz", "raw/*.gz"))
+    assert not storage.exists(f"{url}/missing") and not storage.exists(f"{url}/missing/*.gz")
 
 
 def test_fingerprint_follows_the_object_version(s3_server):
@@ -125,7 +125,7 @@ def test_https_input_is_read_and_its_secrets_never_shown(http_root, monkeypatch,
     with pytest.raises(ValueError, match="takes no wildcards") as e:
         list_input_files(f"{base}/*.jsonl.gz?token={SECRET}")
     missing = f"{base}/missing.jsonl?token={SECRET}"
-    assert not input_exists(missing)
+    assert not storage.exists(missing)
     with pytest.raises(ValueError) as missing_error:
         list_input_files(missing)
     assert SECRET not in str(e.value) + str(missing_error.value) + caplog.text
@@ -138,7 +138,7 @@ def test_gs_urls_go_to_gcsfs():
     import fsspec
     fs, path = fsspec.core.url_to_fs("gs://refinery-raw/a.jsonl", token="anon", skip_instance_cache=True)
     assert type(fs).__module__.startswith("gcsfs") and path == "refinery-raw/a.jsonl"
-    assert storage.is_url("gs://refinery-raw/a.jsonl") and not storage.is_url("data/raw/a.jsonl")
+    assert urls.is_url("gs://refinery-raw/a.jsonl") and not urls.is_url("data/raw/a.jsonl")
 
 
 def test_hf_urls_go_to_the_hub_and_an_unreachable_store_is_one_input_error(monkeypatch):
@@ -201,7 +201,7 @@ def test_a_silent_server_times_out_and_a_closed_port_is_refused(silent_port, sho
         storage.open_input(silent)
     closed = f"http://127.0.0.1:{closed_port()}/a.jsonl?token={SECRET}"
     with pytest.raises(InputError, match=r": cannot be looked up: connection refused: ") as refused:
-        input_exists(closed)
+        storage.exists(closed)
     with pytest.raises(InputError, match=r": opening at byte 0 failed after 4 tries: connection refused"):
         storage.open_input(closed)
     messages = [str(e.value) for e in (looked_up, opened, refused)]
@@ -257,7 +257,7 @@ def test_http_403_is_forbidden_and_404_not_found():
         with pytest.raises(ValueError, match=rf"^input {base}/404/a.jsonl does not exist \(the store answered: "
                                              r"not found\)$"):
             list_input_files(f"{base}/404/a.jsonl")
-        assert not input_exists(f"{base}/404/a.jsonl")
+        assert not storage.exists(f"{base}/404/a.jsonl")
         with pytest.raises(InputError, match=rf"^{base}/404/a.jsonl: opening at byte 0 failed: not found"):
             storage.open_input(f"{base}/404/a.jsonl")
     finally:

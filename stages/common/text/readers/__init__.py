@@ -18,7 +18,7 @@ streams, JSONL and text files), `tabular` (Parquet, Arrow, CSV/TSV, `check_heade
 HTTP), `dispatch` (`iter_raw`). This file only re-exports them, so it holds no code of its own: the stages
 import the modules that hold what they use, which `dvc.yaml` lists. Imports `stages.common.runtime` only.
 """
-from stages.common.runtime.storage import InputError
+from stages.common.runtime.urls import InputError
 from stages.common.text.readers.dispatch import iter_raw
 from stages.common.text.readers.files import (
     ARROW_SUFFIXES,

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 
-from stages.common.runtime.storage import redact
+from stages.common.runtime.urls import redact
 from stages.common.text.readers.files import file_format
 from stages.common.text.readers.lines import _STREAM_ERRORS, _LineReader, _open_stream, _read_text, _stream_error
 from stages.common.text.readers.records import DEFAULT_MAX_RECORD_BYTES, OVERSIZED_KEEP_BYTES, RawRecord

@@ -9,7 +9,8 @@ import json
 import os
 from typing import Any
 
-from stages.common.runtime.storage import InputError, is_url, list_remote, match_parts, open_input, redact, url_path
+from stages.common.runtime.storage import list_remote, match_parts, open_input
+from stages.common.runtime.urls import InputError, is_url, redact, url_path
 from stages.common.text.readers.records import _SURROGATE_RE
 
 

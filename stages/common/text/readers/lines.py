@@ -14,7 +14,8 @@ from typing import BinaryIO
 
 import zstandard
 
-from stages.common.runtime.storage import InputError, input_size, open_input, redact, url_path
+from stages.common.runtime.storage import input_size, open_input
+from stages.common.runtime.urls import InputError, redact, url_path
 from stages.common.text.readers.records import _id_hash, derive_id
 
 

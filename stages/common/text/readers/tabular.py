@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stages.common.runtime.storage import InputError, is_url, open_input, redact
+from stages.common.runtime.storage import open_input
+from stages.common.runtime.urls import InputError, is_url, redact
 from stages.common.text.readers.files import file_format
 from stages.common.text.readers.lines import _CHUNK_BYTES, _STREAM_ERRORS, _open_stream
 from stages.common.text.readers.records import (

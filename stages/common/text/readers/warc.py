@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from stages.common.runtime.storage import InputError, open_input, redact
+from stages.common.runtime.storage import open_input
+from stages.common.runtime.urls import InputError, redact
 from stages.common.text.readers.lines import _CHUNK_BYTES
 from stages.common.text.readers.records import (
     DEFAULT_MAX_RECORD_BYTES,

@@ -1,4 +1,4 @@
-"""`refinery check` (stages.common.runtime.check) and the stage command's own checks: a mistake in params.yaml
+"""`refinery check` (stages.check) and the stage command's own checks: a mistake in params.yaml
 or a missing input is one line naming the key, exit status 2, no traceback, before torchrun or any work
 starts and without touching an output."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from stages.common.runtime.check import ERROR_CHARS, check_workspace, input_exists, missing_input
+from stages.check import ERROR_CHARS, check_workspace
+from stages.common.runtime.ownership import input_exists, missing_input
 from tests.conftest import ROOT
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -85,7 +86,7 @@ def test_every_mistake_is_reported_at_once_by_the_command(workspace):
     count from the workspace, not the folder it was started in."""
     path = write_params(workspace, {k: v for changes, _ in MISTAKES.values() for k, v in changes.items()},
                         name="broken.yaml")
-    proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--params", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "stages.check", "--params", str(path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.splitlines()
@@ -95,11 +96,11 @@ def test_every_mistake_is_reported_at_once_by_the_command(workspace):
 
 
 def test_no_params_file_or_pipeline_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--root", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "stages.check", "--root", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr) == (2, f"error: {tmp_path / 'params.yaml'}: no such params file\n")
     (tmp_path / "params.yaml").write_text("{}\n")
-    proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--root", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "stages.check", "--root", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith(f"error: {tmp_path}: no dvc.yaml here")
 
@@ -114,7 +115,7 @@ def test_an_anchor_bomb_or_a_duplicate_key_is_one_line(tmp_path):
     duplicate.write_text("report:\n  title: a\n  title: b\n")
     for path, message in [(bomb, f"{bomb}:2:10: alias *a0 stands for a mapping or list"),
                           (duplicate, f"{duplicate}:3:3: key 'report.title' appears twice")]:
-        proc = subprocess.run([sys.executable, "-m", "stages.common.runtime.check", "--params", str(path)],
+        proc = subprocess.run([sys.executable, "-m", "stages.check", "--params", str(path)],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.startswith(f"error: {message}"), proc.stderr
         assert proc.stderr.count("\n") == 1 and proc.stdout == ""

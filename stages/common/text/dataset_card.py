@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stages.common.runtime.digest import code_digest, settings
-from stages.common.runtime.storage import is_url, redact
+from stages.common.runtime.urls import is_url, redact
 
 CARD_NAME = "README.md"
 DOCS, QUARANTINE = "docs", "quarantine"

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from stages import clean
-from stages.common.runtime.dataset_card import dataset_card, hf_dtype, public, size_category, write_dataset_card
 from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, PartWriter
+from stages.common.text.dataset_card import dataset_card, hf_dtype, public, size_category, write_dataset_card
 from tests.fixtures.hf_datasets import hf_load
 
 

@@ -1,5 +1,6 @@
 """Check a workspace's params.yaml and the inputs it names, running nothing: `refinery check`, or
-`python -m stages.common.runtime.check [--root DIR] [--params FILE]`.
+`python -m stages.check [--root DIR] [--params FILE]`. The one module that imports the stages by name: it
+builds each section through its stage's own `Params` and asks the stage's `check_data` about the data.
 
 What a stage would refuse when it starts is refused here first, before `dvc repro` removes any output:
 - each section read by a stage of dvc.yaml whose command is `python -m stages.<name>` is built through
@@ -8,7 +9,7 @@ What a stage would refuse when it starts is refused here first, before `dvc repr
   works out its process count (`processes`). A top-level section that no stage reads is an unknown key;
 - every dependency that no stage of dvc.yaml makes (e.g. `clean.input`) exists. Inputs that a stage
   makes are checked by the stage reading them, when it starts (`missing_input`, called by
-  stages.common.runtime.atomic.check_owned_paths), since the pipeline has not made them yet.
+  stages.common.runtime.ownership.check_owned_paths), since the pipeline has not made them yet.
 
 Which stage makes what comes from dvc.yaml's outs, metrics and plots, interpolated with params.yaml as
 DVC does. Errors are one line each, naming the key: `param 'clean.input': data/raw/x does not exist and no
@@ -18,118 +19,20 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import glob
 import importlib
 import os
-import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stages.common.runtime.params import ConfigError, from_dict, load_yaml, read_params, shorten, shown
-from stages.common.runtime.storage import exists as storage_exists
-from stages.common.runtime.storage import is_url, redact
+from stages.common.runtime.dvcfile import REFERENCE_RE, DvcStage, interpolate, maker, read_dvc_stages
+from stages.common.runtime.ownership import input_exists
+from stages.common.runtime.params import ConfigError, from_dict, read_params, shorten, shown
+from stages.common.runtime.storage import exists as url_exists
+from stages.common.runtime.urls import is_url, redact
 
-REFERENCE_RE = re.compile(r"\$\{([^}]+)\}")
-STAGE_MODULE_RE = re.compile(r"python -m (stages(?:\.\w+)+)(?:\s|$)")
 ERROR_CHARS = 1000  # the most of one error line (an unknown key lists the known ones): a long value is cut
-
-
-@dataclass(frozen=True)
-class DvcStage:
-    """One stage of dvc.yaml as written (paths not yet interpolated)."""
-    name: str
-    cmd: str
-    deps: tuple[str, ...]
-    outs: tuple[str, ...]  # outs, metrics and plots: every path the stage writes
-    params: tuple[str, ...]  # params.yaml sections or keys it reads
-
-    @property
-    def module(self) -> str | None:
-        """The `stages.*` module its command runs, if it is one of ours."""
-        match = STAGE_MODULE_RE.match(self.cmd)
-        return match.group(1) if match else None
-
-
-def _paths(entries: list[Any] | None) -> tuple[str, ...]:
-    """dvc.yaml list entries: `path` or `{path: {options}}`."""
-    return tuple(str(next(iter(e))) if isinstance(e, dict) else str(e) for e in entries or [])
-
-
-def read_dvc_stages(root: Path) -> list[DvcStage]:
-    """The command stages of `<root>/dvc.yaml` (ConfigError when it is missing or not a pipeline)."""
-    path = root / "dvc.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{root}: no dvc.yaml here; run in a Refinery workspace or pass --root")
-    spec = load_yaml(path, "dvc.yaml") or {}
-    stages = spec.get("stages") if isinstance(spec, dict) else None
-    if not isinstance(stages, dict):
-        raise ConfigError(f"{path}: no `stages` mapping")
-    return [DvcStage(name, str(s.get("cmd", "")), _paths(s.get("deps")),
-                     _paths(s.get("outs")) + _paths(s.get("metrics")) + _paths(s.get("plots")),
-                     tuple(p for p in s.get("params") or [] if isinstance(p, str)))  # dicts: other params files
-            for name, s in stages.items() if isinstance(s, dict) and "cmd" in s]
-
-
-def lookup(params: Mapping[str, Any], key: str) -> Any:
-    """The value of a dotted key (`train.parallel.data_parallel_size`); KeyError naming it if absent."""
-    value: Any = params
-    for part in key.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            raise KeyError(key)
-        value = value[part]
-    return value
-
-
-def interpolate(text: str, params: Mapping[str, Any]) -> str:
-    """`text` with each `${key}` replaced by its params.yaml value, as dvc.yaml interpolation does."""
-    return REFERENCE_RE.sub(lambda m: str(lookup(params, m.group(1))), text)
-
-
-def _overlap(a: str, b: str) -> bool:
-    a, b = os.path.normpath(a), os.path.normpath(b)
-    return a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep)
-
-
-def maker(path: str, stages: list[DvcStage], params: Mapping[str, Any]) -> str | None:
-    """The stage whose outputs hold `path` (or lie under it), if any."""
-    for stage in stages:
-        for out in stage.outs:
-            try:
-                resolved = interpolate(out, params)
-            except KeyError:
-                continue  # reported by check_workspace; here it only cannot be a match
-            if _overlap(path, resolved):
-                return stage.name
-    return None
-
-
-def input_exists(path: str | Path) -> bool:
-    """A file or folder exists; for a glob (clean.input may be one), the folder before its first wildcard.
-    A URL (clean.input may be one) is asked of its file system."""
-    if is_url(path):
-        return storage_exists(str(path))
-    parts = Path(path).expanduser().parts
-    if not any(glob.has_magic(p) for p in parts):
-        return os.path.lexists(Path(path).expanduser())
-    plain = parts[:next(i for i, p in enumerate(parts) if glob.has_magic(p))]
-    return Path(*plain).is_dir() if plain else True
-
-
-def missing_input(stage: str, key: str, path: str, root: Path | None = None) -> str:
-    """The one-line error for a stage input that does not exist, saying which stage makes it when the
-    workspace's dvc.yaml (at `root`, default the working directory: where DVC runs the stage) knows."""
-    root = Path.cwd() if root is None else root
-    message = f"param '{stage}.{key}': {redact(path)} does not exist"
-    if is_url(path) or not (root / "dvc.yaml").is_file() or not (root / "params.yaml").is_file():
-        return message
-    relative = os.path.relpath(Path(path).expanduser().resolve(), root.resolve())
-    made_by = maker(relative, read_dvc_stages(root), read_params(root / "params.yaml"))
-    if made_by:
-        return f"{message} (made by stage {made_by!r}: run it first, `dvc repro {made_by}`)"
-    return f"{message} and no stage in dvc.yaml makes it"
 
 
 def _one_line(error: Exception | str) -> str:
@@ -240,7 +143,7 @@ def check_workspace(root: Path, params_path: Path | None = None, read_data: bool
                 errors.append(f"dvc.yaml: stage {stage.name!r} depends on {dep}, but {params_path} has no "
                               f"{e.args[0]!r}")
                 continue
-            if maker(path, stages, params) or input_exists(path if is_url(path) else root / path):
+            if maker(path, stages, params) or input_exists(path if is_url(path) else root / path, url_exists):
                 continue
             path = redact(path)
             missing_inputs.add(stage.name)
