@@ -3,3 +3,5 @@ token shards with tiers, scoring, validation perplexity, Hugging Face conversion
 memory per-document columns on disk (`doc_columns`) and exact streamed order statistics (`order_stats`).
 Imports `runtime` only.
 """
+
+IMPORTS = ("runtime",)  # the packages of stages.common it may import (tests/test_floor_plan.py)

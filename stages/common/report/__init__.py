@@ -5,3 +5,5 @@ the tests and bench/report.py (`browser`: the stages never start a browser). Imp
 only the tier names (`lm.tiers`, which imports nothing), never torch, so the report stage starts in a fraction
 of a second.
 """
+
+IMPORTS = ("runtime", "lm.tiers")  # the packages of stages.common it may import (tests/test_floor_plan.py)

@@ -3,3 +3,5 @@ dvc.yaml as a map of the pipeline, input names (URLs, redaction) and the file sy
 (fsspec, retries: `storage`, which only `clean` imports), Parquet shard IO, the local / Ray executor, device
 and precision, content digests. Imports nothing else of `stages`.
 """
+
+IMPORTS = ()  # the packages of stages.common it may import (tests/test_floor_plan.py)
