@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.commands import command_env, dvc
+from stages.common.runtime.metrics import val_ppl
 from stages.common.runtime.params import read_params
 
 # (column, stage, key in the stage's headline metrics, which way is better: -1 lower, +1 higher, 0 neither)
@@ -24,8 +25,8 @@ FIGURES: tuple[tuple[str, str, str, int], ...] = (
     ("clean", "clean", "num_kept", 0),
     ("semantic", "semantic_filter", "num_kept", 0),
     ("ref ppl", "perplexity", "ref_val_ppl", -1),
-    ("ppl all", "train", "val_ppl.all", -1),
-    ("ppl hard", "train", "val_ppl.hard", -1),
+    ("ppl all", "train", val_ppl("all"), -1),
+    ("ppl hard", "train", val_ppl("hard"), -1),
     ("train tok/s", "train", "tokens_per_s", 1),
     ("int8 ppl x", "export", "ratio.int8_ppl_vs_fp32", -1),
     ("int8 MB", "export", "file_mb", -1),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.common.lm.tiers import TIERS
+from stages.common.runtime.metrics import KEPT, kept, val_perplexity
 from stages.common.runtime.params import read_params
 
 STALE = "(stale)"  # beside a figure whose stage `dvc repro` would rerun
@@ -55,7 +56,7 @@ def funnel_lines(clean: Mapping[str, Any], semantic: Mapping[str, Any], ppl: Map
     """Documents per language through the curation stages, then per difficulty tier."""
     if not clean:
         return ["Documents: the clean stage has not run yet."]
-    langs = sorted(set(_sub(clean, "kept.")) | set(_sub(semantic, "kept.")))
+    langs = sorted(set(_sub(clean, f"{KEPT}.")) | set(_sub(semantic, f"{KEPT}.")))
     mark = {stage: "*" if stage in stale else "" for stage in ("clean", "semantic_filter", "perplexity")}
     header = (f"{'Documents per language':<24}{'read':>8}{'clean' + mark['clean']:>8}"
               f"{'semantic' + mark['semantic_filter']:>10}" + "".join(f"{t + mark['perplexity']:>8}" for t in TIERS))
@@ -63,8 +64,8 @@ def funnel_lines(clean: Mapping[str, Any], semantic: Mapping[str, Any], ppl: Map
     lines = [header, f"{'all':<24}{_count(clean.get('num_read')):>8}{_count(clean.get('num_kept')):>8}"
                      f"{_count(semantic.get('num_kept')):>10}" + "".join(f"{_count(n):>8}" for n in per_tier)]
     for lang in langs:
-        lines.append(f"{'  ' + lang:<24}{'':>8}{_count(clean.get(f'kept.{lang}')):>8}"
-                     f"{_count(semantic.get(f'kept.{lang}')):>10}"
+        lines.append(f"{'  ' + lang:<24}{'':>8}{_count(clean.get(kept(lang))):>8}"
+                     f"{_count(semantic.get(kept(lang))):>10}"
                      + "".join(f"{_count(ppl.get(f'docs.{lang}.{t}')):>8}" for t in TIERS))
     sources = sorted({k.split(".")[1] for k in clean if k.startswith("source.") and k.endswith(".num_read")})
     if len(sources) > 1:  # the funnel of each input source (clean.sources)
@@ -86,7 +87,7 @@ def funnel_lines(clean: Mapping[str, Any], semantic: Mapping[str, Any], ppl: Map
 def train_lines(train: Mapping[str, Any], stale: frozenset[str] = frozenset()) -> list[str]:
     if not train:
         return ["Trained model: the train stage has not run yet."]
-    ppl = " | ".join(f"{t} {train[f'val.{t}.perplexity']:.2f}" for t in TIERS if f"val.{t}.perplexity" in train)
+    ppl = " | ".join(f"{t} {train[val_perplexity(t)]:.2f}" for t in TIERS if val_perplexity(t) in train)
     mark = f" {STALE}: train would rerun, on other data or params" if "train" in stale else ""
     return [f"Trained model{mark}: validation perplexity {ppl}",
             f"  {train.get('steps', '?')} steps, {_short(train.get('tokens_seen', 0))} tokens, "

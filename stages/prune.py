@@ -55,7 +55,7 @@ from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_precision, seed_everything
-from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
@@ -181,7 +181,7 @@ def run(params: Params) -> dict[str, Any] | None:
                                "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
                                "num_processes": env.world_size}
     if env.is_main:
-        metrics.update({f"teacher.val_ppl.{tier}": ppl for tier, ppl in evaluate(teacher).items()})
+        metrics.update({f"teacher.{val_ppl(tier)}": ppl for tier, ppl in evaluate(teacher).items()})
     calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
 
     student = copy.deepcopy(teacher)
@@ -214,8 +214,8 @@ def run(params: Params) -> dict[str, Any] | None:
                 prefix + "num_kv_heads": student.config.kv_heads, prefix + "num_params": student.num_params(),
                 prefix + "param_ratio": round(student.num_params() / teacher.num_params(), 4),
                 **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
-                **{f"{prefix}val_ppl.{t}": v for t, v in after.items()},
-                prefix + "val_ppl_ratio": round(after["all"] / metrics["teacher.val_ppl.all"], 4),
+                **{f"{prefix}{val_ppl(t)}": v for t, v in after.items()},
+                prefix + "val_ppl_ratio": round(after["all"] / metrics[f"teacher.{val_ppl('all')}"], 4),
                 prefix + "kl_first": round(float(np.mean([h["kl"] for h in history[:5]])), 4) if history else 0.0,
                 prefix + "kl_last": round(float(np.mean([h["kl"] for h in history[-5:]])), 4) if history else 0.0,
                 prefix + "resumed_from_step": resumed if resumed is not None else -1,
@@ -223,7 +223,7 @@ def run(params: Params) -> dict[str, Any] | None:
             })
             log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
                      student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6,
-                     before["all"], after["all"], metrics["teacher.val_ppl.all"])
+                     before["all"], after["all"], metrics[f"teacher.{val_ppl('all')}"])
         if env.is_main:
             save_checkpoint(student, out / CHECKPOINT_NAME)
     result = None
@@ -243,7 +243,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
     """What `dvc metrics show` lists: the final pruned model's parameters and validation perplexity per tier."""
     last = f"step_{metrics['num_steps']}" if metrics["num_steps"] else "teacher"
     return {"num_params": metrics[f"{last}.num_params"],
-            **{f"val_ppl.{tier}": metrics[f"{last}.val_ppl.{tier}"] for tier in TIERS}}
+            **{val_ppl(tier): metrics[f"{last}.{val_ppl(tier)}"] for tier in TIERS}}
 
 
 def main(argv: list[str] | None = None) -> None:

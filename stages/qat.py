@@ -56,7 +56,7 @@ from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import seed_everything
-from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
@@ -160,7 +160,7 @@ def run(params: Params) -> dict[str, Any] | None:
 
     metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
     if env.is_main:
-        metrics.update({f"fp32.val_ppl.{k}": v for k, v in perplexity(fp32).items()})
+        metrics.update({f"fp32.{val_ppl(k)}": v for k, v in perplexity(fp32).items()})
     calibration = sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
     batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
 
@@ -169,7 +169,7 @@ def run(params: Params) -> dict[str, Any] | None:
     calibrate(ptq, batches)  # every rank: the same batches give the same ranges (DDP also syncs rank 0's)
     metrics["ptq.seconds"] = round(time.perf_counter() - t0, 3)
     if env.is_main:
-        metrics.update({f"ptq.val_ppl.{k}": v for k, v in perplexity(ptq).items()})
+        metrics.update({f"ptq.{val_ppl(k)}": v for k, v in perplexity(ptq).items()})
 
     t0 = time.perf_counter()
     qat = copy.deepcopy(ptq)
@@ -185,20 +185,21 @@ def run(params: Params) -> dict[str, Any] | None:
     if env.is_main:
         metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
         metrics["qat.resumed_from_step"] = resumed if resumed is not None else -1
-        metrics.update({f"qat.val_ppl.{k}": v for k, v in perplexity(qat).items()})
+        metrics.update({f"qat.{val_ppl(k)}": v for k, v in perplexity(qat).items()})
         if history:
             metrics["qat.kl_first"] = round(float(np.mean([h["kl"] for h in history[:5]])), 4)
             metrics["qat.kl_last"] = round(float(np.mean([h["kl"] for h in history[-5:]])), 4)
         for name in ("ptq", "qat"):
-            metrics[f"{name}.val_ppl_ratio"] = round(metrics[f"{name}.val_ppl.all"] / metrics["fp32.val_ppl.all"], 4)
+            ratio = metrics[f"{name}.{val_ppl('all')}"] / metrics[f"fp32.{val_ppl('all')}"]
+            metrics[f"{name}.val_ppl_ratio"] = round(ratio, 4)
         with atomic_dir(params.out_dir, stage=STAGE) as out:
             for name, model in (("ptq", ptq), ("qat", qat)):
                 save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
                 save_quant_state(model, params.scheme, out / name / QUANT_NAME)
         metrics["seconds"] = round(time.perf_counter() - start, 3)
         write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-        log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f", metrics["fp32.val_ppl.all"],
-                 metrics["ptq.val_ppl.all"], metrics["qat.val_ppl.all"])
+        log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f",
+                 *(metrics[f"{name}.{val_ppl('all')}"] for name in ("fp32", "ptq", "qat")))
         result = metrics
     if dist.is_initialized():
         dist.barrier()
@@ -209,7 +210,7 @@ def run(params: Params) -> dict[str, Any] | None:
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:
     """What `dvc metrics show` lists: the QAT model's validation perplexity per tier (INT8 fake-quant), and
     its perplexity relative to the FP32 model's."""
-    return {**{f"val_ppl.{tier}": metrics[f"qat.val_ppl.{tier}"] for tier in TIERS},
+    return {**{val_ppl(tier): metrics[f"qat.{val_ppl(tier)}"] for tier in TIERS},
             "val_ppl_vs_fp32": metrics["qat.val_ppl_ratio"]}
 
 

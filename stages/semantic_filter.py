@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.executor import check_executor
+from stages.common.runtime.metrics import semantic_val, threshold
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.runtime.parquet import DOC_SCHEMA, iter_rows
@@ -193,17 +194,17 @@ class SemanticFilter(FilterStage):
         return {lang: class_counts(is_drop if lang == "*" else is_drop[langs == lang]) for lang in self.cutoffs}
 
     def stage_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        out = {f"threshold.{lang}": t for lang, t in self.cutoffs.items()}
+        out = {threshold(lang): t for lang, t in self.cutoffs.items()}
         for lang, (num_keep, num_drop) in self.support().items():
-            out.update({f"val.{lang}.num_keep": num_keep, f"val.{lang}.num_drop": num_drop,
-                        f"val.{lang}.low_confidence": int(low_confidence(num_keep, num_drop))})
+            out.update({semantic_val(lang, "num_keep"): num_keep, semantic_val(lang, "num_drop"): num_drop,
+                        semantic_val(lang, "low_confidence"): int(low_confidence(num_keep, num_drop))})
         langs = np.array(self.validation["lang"])
         p_keep = np.array(self.validation["p_keep"])
         is_drop = np.array([label != KEEP for label in self.validation["label"]])
         for lang in sorted(set(langs)):
             rows = langs == lang
             for key, value in binary_report(p_keep[rows], is_drop[rows], self.cutoffs[lang]).items():
-                out[f"val.{lang}.{key}"] = value
+                out[semantic_val(lang, key)] = value
         return out
 
 

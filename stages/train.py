@@ -49,7 +49,7 @@ from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir, write_csv
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import resolve_precision, seed_everything
-from stages.common.runtime.metrics import write_metrics
+from stages.common.runtime.metrics import val_perplexity, val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training import checkpoint
@@ -280,8 +280,8 @@ def summarize(trainer: Trainer, params: Params, parallel: ParallelParams, precis
     if trainer.val_history:
         first, final = trainer.val_history[0], trainer.val_history[-1]
         for tier in (*TIERS, "all"):
-            metrics[f"val.{tier}.perplexity_start"] = first[f"perplexity_{tier}"]
-            metrics[f"val.{tier}.perplexity"] = final[f"perplexity_{tier}"]
+            metrics[val_perplexity(tier, start=True)] = first[f"perplexity_{tier}"]
+            metrics[val_perplexity(tier)] = final[f"perplexity_{tier}"]
     return metrics
 
 
@@ -292,15 +292,15 @@ def write_outputs(trainer: Trainer, params: Params, metrics: dict[str, Any]) -> 
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     log.info("train: %d steps, final loss %.4f, %.0f tokens/s, validation perplexity %s", metrics["steps"],
              metrics["final_loss"], metrics["tokens_per_s"],
-             " ".join(f"{t} {metrics.get(f'val.{t}.perplexity_start', math.nan):.1f}->"
-                      f"{metrics.get(f'val.{t}.perplexity', math.nan):.1f}" for t in TIERS))
+             " ".join(f"{t} {metrics.get(val_perplexity(t, start=True), math.nan):.1f}->"
+                      f"{metrics.get(val_perplexity(t), math.nan):.1f}" for t in TIERS))
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:
     """What `dvc metrics show` lists: validation perplexity per tier and over the whole split (none with
     `eval.windows: 0`), final loss, tokens/s."""
-    return {**{f"val_ppl.{tier}": metrics[f"val.{tier}.perplexity"] for tier in (*TIERS, "all")
-               if f"val.{tier}.perplexity" in metrics},
+    return {**{val_ppl(tier): metrics[val_perplexity(tier)] for tier in (*TIERS, "all")
+               if val_perplexity(tier) in metrics},
             "loss": metrics["final_loss"], "tokens_per_s": metrics["tokens_per_s"]}
 
 

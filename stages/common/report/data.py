@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from stages.common.lm.tiers import TIERS
+from stages.common.runtime.metrics import semantic_val, threshold, val_perplexity
 
 # reason prefix (before ':') -> the family the report groups it under
 FAMILIES = {"invalid": "invalid record", "lang": "language", "lang_low_prob": "language", "quality": "quality rule",
@@ -130,12 +131,12 @@ def semantic_filter(metrics: dict[str, Any], validation: dict[str, Sequence[Any]
     dropped = Counter(zip(reason_langs, reasons))
     per_lang = []
     for lang in langs:
-        val = {k: metrics.get(f"val.{lang}.{k}") for k in ("num", "precision", "recall", "f1", "accuracy", "num_keep",
-                                                          "num_drop", "low_confidence")}
-        per_lang.append({"lang": lang, "threshold": metrics[f"threshold.{lang}"], "val": val, "kept": kept.get(lang, 0),
+        val = {k: metrics.get(semantic_val(lang, k)) for k in ("num", "precision", "recall", "f1", "accuracy",
+                                                               "num_keep", "num_drop", "low_confidence")}
+        per_lang.append({"lang": lang, "threshold": metrics[threshold(lang)], "val": val, "kept": kept.get(lang, 0),
                          "dropped": {r: n for (l, r), n in sorted(dropped.items()) if l == lang},
                          "hist": hist[lang]})
-    return {"langs": per_lang, "pooled_threshold": metrics.get("threshold.*"), "num_bins": num_bins}
+    return {"langs": per_lang, "pooled_threshold": metrics.get(threshold("*")), "num_bins": num_bins}
 
 
 # ---- perplexity tiers ----
@@ -203,7 +204,7 @@ def training(steps: Sequence[dict[str, str]], val: Sequence[dict[str, str]], met
                                            "peak_memory_mb", "seconds")}
     return {"steps": column(rows, "step"), "curves": curves, "val_steps": column(val, "step"),
             "val_curves": val_curves, "summary": summary,
-            "val_final": {t: metrics.get(f"val.{t}.perplexity") for t in TIERS}}
+            "val_final": {t: metrics.get(val_perplexity(t)) for t in TIERS}}
 
 
 # ---- compression: every model of the chain ----

@@ -21,6 +21,34 @@ from typing import Any
 from stages.common.runtime.atomic import write_json
 
 SIGNIFICANT_DIGITS = 4  # headline floats only; the detail file keeps full precision
+KEPT = "kept"  # the prefix of `kept(lang)`, for `select`
+
+
+# The names of the figures that code other than their stage reads (the report, the flow summary, bench): one
+# definition each, used by the stage that writes the figure and by every reader.
+def kept(lang: str) -> str:
+    """Documents a filter stage (clean, semantic_filter) keeps in language `lang`: headline and detail."""
+    return f"{KEPT}.{lang}"
+
+
+def threshold(lang: str) -> str:
+    """semantic_filter's drop threshold for language `lang` (`*`: the pooled head's)."""
+    return f"threshold.{lang}"
+
+
+def semantic_val(lang: str, figure: str) -> str:
+    """semantic_filter's validation `figure` (precision, recall, num_keep, ...) for language `lang`."""
+    return f"val.{lang}.{figure}"
+
+
+def val_perplexity(tier: str, start: bool = False) -> str:
+    """train's validation perplexity on `tier` (`all`: every tier) after the last step, or before the first."""
+    return f"val.{tier}.perplexity" + ("_start" if start else "")
+
+
+def val_ppl(tier: str) -> str:
+    """The headline of `val_perplexity(tier)`, which `dvc metrics show` lists."""
+    return f"val_ppl.{tier}"
 
 
 def rounded(value: Any) -> Any:

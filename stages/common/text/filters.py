@@ -44,7 +44,7 @@ from tqdm import tqdm
 from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import ShardResult, WorkDir, _importable, map_shards, resolve_workers
-from stages.common.runtime.metrics import select, write_metrics
+from stages.common.runtime.metrics import KEPT, kept, select, write_metrics
 from stages.common.runtime.parquet import DOC_SCHEMA, QUARANTINE_SCHEMA, PartWriter
 from stages.common.text.dataset_card import write_dataset_card
 
@@ -145,7 +145,7 @@ class FilterStage(ABC):
     def headline(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """The figures `dvc metrics show` lists: documents read and kept (per language) and throughput."""
         return {"num_read": metrics["num_read"], "num_kept": metrics["num_kept"],
-                **{f"kept.{lang}": n for lang, n in select(metrics, "kept").items()},
+                **{kept(lang): n for lang, n in select(metrics, KEPT).items()},
                 "docs_per_s": metrics["docs_per_s"]}
 
     def run(self, input_files: Sequence[str | Path | bytes]) -> dict[str, Any]:
@@ -213,7 +213,7 @@ class FilterStage(ABC):
             "num_shards": self.counts["num_shards"],
             "num_shards_resumed": self.counts["num_shards_resumed"],  # finished by an earlier, failed run
             **{f"dropped.{reason}": n for reason, n in sorted(self.reasons.items())},
-            **{f"kept.{lang}": n for lang, n in sorted(self.kept_langs.items())},
+            **{kept(lang): n for lang, n in sorted(self.kept_langs.items())},
             **{f"source.{source}.{what}": counts[source] for source in sorted(self.read_sources, key=str)
                if source is not None for what, counts in (("num_read", self.read_sources),
                                                            ("num_kept", self.kept_sources))},
