@@ -59,7 +59,7 @@ from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
-from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
+from stages.common.training.parallel import barrier, distributed, main_rank_cores
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -154,88 +154,84 @@ def run(params: Params) -> dict[str, Any] | None:
     """Prune on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     check_inputs(params)
     start = time.perf_counter()
-    env = init_distributed(params.device)
-    set_cpu_threads(env, params.num_threads)
-    device = env.device
-    precision = resolve_precision(params.precision, device)
-    seed_everything(params.seed)
-    teacher_file = Path(params.teacher_dir) / CHECKPOINT_NAME
-    teacher = load_checkpoint(teacher_file, device).eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    cfg = teacher.config
-    seq_len = params.distill.seq_len or cfg.max_seq_len
-    distill_p = params.distill
-    run_id = fingerprint(params, teacher_file)
-    root = Path(params.checkpoint_dir)
-    if env.is_main:  # steps beyond the schedule belong to an older configuration
-        steps = {f"step_{i}" for i in range(1, len(params.mlp_schedule) + 1)}
-        for stale in (d for d in (root.iterdir() if root.is_dir() else ()) if d.is_dir() and d.name not in steps):
-            shutil.rmtree(stale)
+    with distributed(params.device, params.num_threads) as env:
+        device = env.device
+        precision = resolve_precision(params.precision, device)
+        seed_everything(params.seed)
+        teacher_file = Path(params.teacher_dir) / CHECKPOINT_NAME
+        teacher = load_checkpoint(teacher_file, device).eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        cfg = teacher.config
+        seq_len = params.distill.seq_len or cfg.max_seq_len
+        distill_p = params.distill
+        run_id = fingerprint(params, teacher_file)
+        root = Path(params.checkpoint_dir)
+        if env.is_main:  # steps beyond the schedule belong to an older configuration
+            steps = {f"step_{i}" for i in range(1, len(params.mlp_schedule) + 1)}
+            for stale in (d for d in (root.iterdir() if root.is_dir() else ()) if d.is_dir() and d.name not in steps):
+                shutil.rmtree(stale)
 
-    def evaluate(model: Transformer) -> dict[str, float]:
-        with main_rank_cores(env):
-            return val_perplexity(model, params.tokens_dir, distill_p.batch_size, params.val_batches, device)
+        def evaluate(model: Transformer) -> dict[str, float]:
+            with main_rank_cores(env):
+                return val_perplexity(model, params.tokens_dir, distill_p.batch_size, params.val_batches, device)
 
-    metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
-                               "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
-                               "num_processes": env.world_size}
-    if env.is_main:
-        metrics.update({f"teacher.{val_ppl(tier)}": ppl for tier, ppl in evaluate(teacher).items()})
-    calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
-
-    student = copy.deepcopy(teacher)
-    for p in student.parameters():
-        p.requires_grad_(True)
-    with atomic_dir(params.out_dir, stage=STAGE) if env.is_main else contextlib.nullcontext() as out:
-        for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
-            t0 = time.perf_counter()
-            windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(device)
-                       for b in (calibration.batch(j) for j in range(params.calibration_batches))]
-            scores = importance(student, params.method, windows)
-            num_mlp = units_to_keep(cfg.hidden_dim, mlp_frac, params.channel_multiple)
-            num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
-            student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(device)
-            before = evaluate(student) if env.is_main else {}
-            sampler = tier_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps,
-                                   params.seed + 100 * i)
-            history, resumed = finetune(student, teacher, sampler, distill_p, env, precision, root / f"step_{i}",
-                                        f"{run_id}-step{i}", params.checkpoint, student.flops_per_token(seq_len),
-                                        desc=f"prune step {i}", progress_bar=params.progress_bar)
-            barrier()
-            if not env.is_main:
-                continue
-            after = evaluate(student)
-            save_checkpoint(student, out / f"step_{i}" / CHECKPOINT_NAME)
-            prefix = f"step_{i}."
-            metrics.update({
-                prefix + "mlp_fraction_pruned": mlp_frac, prefix + "head_fraction_pruned": head_frac,
-                prefix + "ffn_dim": student.config.hidden_dim, prefix + "num_heads": student.config.num_heads,
-                prefix + "num_kv_heads": student.config.kv_heads, prefix + "num_params": student.num_params(),
-                prefix + "param_ratio": round(student.num_params() / teacher.num_params(), 4),
-                **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
-                **{f"{prefix}{val_ppl(t)}": v for t, v in after.items()},
-                prefix + "val_ppl_ratio": round(after["all"] / metrics[f"teacher.{val_ppl('all')}"], 4),
-                prefix + "kl_first": round(float(np.mean([h["kl"] for h in history[:5]])), 4) if history else 0.0,
-                prefix + "kl_last": round(float(np.mean([h["kl"] for h in history[-5:]])), 4) if history else 0.0,
-                prefix + "resumed_from_step": resumed if resumed is not None else -1,
-                prefix + "seconds": round(time.perf_counter() - t0, 3),
-            })
-            log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
-                     student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6,
-                     before["all"], after["all"], metrics[f"teacher.{val_ppl('all')}"])
+        metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
+                                   "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
+                                   "num_processes": env.world_size}
         if env.is_main:
-            save_checkpoint(student, out / CHECKPOINT_NAME)
-    result = None
-    if env.is_main:
-        metrics["num_steps"] = len(params.mlp_schedule)
-        metrics["tiers"] = ",".join(TIERS)
-        metrics["seconds"] = round(time.perf_counter() - start, 3)
-        write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-        result = metrics
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+            metrics.update({f"teacher.{val_ppl(tier)}": ppl for tier, ppl in evaluate(teacher).items()})
+        calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
+
+        student = copy.deepcopy(teacher)
+        for p in student.parameters():
+            p.requires_grad_(True)
+        with atomic_dir(params.out_dir, stage=STAGE) if env.is_main else contextlib.nullcontext() as out:
+            for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
+                t0 = time.perf_counter()
+                windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(device)
+                           for b in (calibration.batch(j) for j in range(params.calibration_batches))]
+                scores = importance(student, params.method, windows)
+                num_mlp = units_to_keep(cfg.hidden_dim, mlp_frac, params.channel_multiple)
+                num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
+                student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(device)
+                before = evaluate(student) if env.is_main else {}
+                sampler = tier_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps,
+                                       params.seed + 100 * i)
+                history, resumed = finetune(student, teacher, sampler, distill_p, env, precision, root / f"step_{i}",
+                                            f"{run_id}-step{i}", params.checkpoint, student.flops_per_token(seq_len),
+                                            desc=f"prune step {i}", progress_bar=params.progress_bar)
+                barrier()
+                if not env.is_main:
+                    continue
+                after = evaluate(student)
+                save_checkpoint(student, out / f"step_{i}" / CHECKPOINT_NAME)
+                prefix = f"step_{i}."
+                metrics.update({
+                    prefix + "mlp_fraction_pruned": mlp_frac, prefix + "head_fraction_pruned": head_frac,
+                    prefix + "ffn_dim": student.config.hidden_dim, prefix + "num_heads": student.config.num_heads,
+                    prefix + "num_kv_heads": student.config.kv_heads, prefix + "num_params": student.num_params(),
+                    prefix + "param_ratio": round(student.num_params() / teacher.num_params(), 4),
+                    **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
+                    **{f"{prefix}{val_ppl(t)}": v for t, v in after.items()},
+                    prefix + "val_ppl_ratio": round(after["all"] / metrics[f"teacher.{val_ppl('all')}"], 4),
+                    prefix + "kl_first": round(float(np.mean([h["kl"] for h in history[:5]])), 4) if history else 0.0,
+                    prefix + "kl_last": round(float(np.mean([h["kl"] for h in history[-5:]])), 4) if history else 0.0,
+                    prefix + "resumed_from_step": resumed if resumed is not None else -1,
+                    prefix + "seconds": round(time.perf_counter() - t0, 3),
+                })
+                log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
+                         student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6,
+                         before["all"], after["all"], metrics[f"teacher.{val_ppl('all')}"])
+            if env.is_main:
+                save_checkpoint(student, out / CHECKPOINT_NAME)
+        result = None
+        if env.is_main:
+            metrics["num_steps"] = len(params.mlp_schedule)
+            metrics["tiers"] = ",".join(TIERS)
+            metrics["seconds"] = round(time.perf_counter() - start, 3)
+            write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
+            result = metrics
     return result
 
 

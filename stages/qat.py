@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from stages.common.compress.deployable import DeployLM
 from stages.common.compress.distill import DistillOptim, DistillParams, finetune
@@ -60,7 +59,7 @@ from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
-from stages.common.training.parallel import barrier, init_distributed, main_rank_cores, set_cpu_threads
+from stages.common.training.parallel import barrier, distributed, main_rank_cores
 
 log = logging.getLogger("refinery.qat")
 STAGE = "qat"
@@ -143,67 +142,63 @@ def run(params: Params) -> dict[str, Any] | None:
     """Quantize on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     check_inputs(params)
     start = time.perf_counter()
-    env = init_distributed("cpu")
-    set_cpu_threads(env, params.num_threads)
-    seed_everything(params.seed)
-    model_file = Path(params.model_dir) / CHECKPOINT_NAME
-    fp32 = load_checkpoint(model_file).eval()
-    for p in fp32.parameters():
-        p.requires_grad_(False)
-    cfg, distill_p = fp32.config, params.distill
-    seq_len = distill_p.seq_len or cfg.max_seq_len
+    with distributed("cpu", params.num_threads) as env:
+        seed_everything(params.seed)
+        model_file = Path(params.model_dir) / CHECKPOINT_NAME
+        fp32 = load_checkpoint(model_file).eval()
+        for p in fp32.parameters():
+            p.requires_grad_(False)
+        cfg, distill_p = fp32.config, params.distill
+        seq_len = distill_p.seq_len or cfg.max_seq_len
 
-    def perplexity(model: torch.nn.Module) -> dict[str, float]:
-        with main_rank_cores(env):
-            return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
-                                   distill_p.batch_size, params.val_batches)
+        def perplexity(model: torch.nn.Module) -> dict[str, float]:
+            with main_rank_cores(env):
+                return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
+                                       distill_p.batch_size, params.val_batches)
 
-    metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
-    if env.is_main:
-        metrics.update({f"fp32.{val_ppl(k)}": v for k, v in perplexity(fp32).items()})
-    calibration = sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
-    batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
+        metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
+        if env.is_main:
+            metrics.update({f"fp32.{val_ppl(k)}": v for k, v in perplexity(fp32).items()})
+        calibration = sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
+        batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
 
-    t0 = time.perf_counter()
-    ptq = DeployLM(copy.deepcopy(fp32), params.scheme)
-    calibrate(ptq, batches)  # every rank: the same batches give the same ranges (DDP also syncs rank 0's)
-    metrics["ptq.seconds"] = round(time.perf_counter() - t0, 3)
-    if env.is_main:
-        metrics.update({f"ptq.{val_ppl(k)}": v for k, v in perplexity(ptq).items()})
+        t0 = time.perf_counter()
+        ptq = DeployLM(copy.deepcopy(fp32), params.scheme)
+        calibrate(ptq, batches)  # every rank: the same batches give the same ranges (DDP also syncs rank 0's)
+        metrics["ptq.seconds"] = round(time.perf_counter() - t0, 3)
+        if env.is_main:
+            metrics.update({f"ptq.{val_ppl(k)}": v for k, v in perplexity(ptq).items()})
 
-    t0 = time.perf_counter()
-    qat = copy.deepcopy(ptq)
-    for p in qat.parameters():
-        p.requires_grad_(True)
-    train = sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
-    # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
-    history, resumed = finetune(qat, fp32, train, distill_p, env, "fp32", Path(params.checkpoint_dir),
-                                fingerprint(params, model_file), params.checkpoint, fp32.flops_per_token(seq_len),
-                                desc="qat", progress_bar=params.progress_bar)
-    barrier()
-    result = None
-    if env.is_main:
-        metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
-        metrics["qat.resumed_from_step"] = resumed if resumed is not None else -1
-        metrics.update({f"qat.{val_ppl(k)}": v for k, v in perplexity(qat).items()})
-        if history:
-            metrics["qat.kl_first"] = round(float(np.mean([h["kl"] for h in history[:5]])), 4)
-            metrics["qat.kl_last"] = round(float(np.mean([h["kl"] for h in history[-5:]])), 4)
-        for name in ("ptq", "qat"):
-            ratio = metrics[f"{name}.{val_ppl('all')}"] / metrics[f"fp32.{val_ppl('all')}"]
-            metrics[f"{name}.val_ppl_ratio"] = round(ratio, 4)
-        with atomic_dir(params.out_dir, stage=STAGE) as out:
-            for name, model in (("ptq", ptq), ("qat", qat)):
-                save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
-                save_quant_state(model, params.scheme, out / name / QUANT_NAME)
-        metrics["seconds"] = round(time.perf_counter() - start, 3)
-        write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-        log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f",
-                 *(metrics[f"{name}.{val_ppl('all')}"] for name in ("fp32", "ptq", "qat")))
-        result = metrics
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+        t0 = time.perf_counter()
+        qat = copy.deepcopy(ptq)
+        for p in qat.parameters():
+            p.requires_grad_(True)
+        train = sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
+        # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
+        history, resumed = finetune(qat, fp32, train, distill_p, env, "fp32", Path(params.checkpoint_dir),
+                                    fingerprint(params, model_file), params.checkpoint, fp32.flops_per_token(seq_len),
+                                    desc="qat", progress_bar=params.progress_bar)
+        barrier()
+        result = None
+        if env.is_main:
+            metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
+            metrics["qat.resumed_from_step"] = resumed if resumed is not None else -1
+            metrics.update({f"qat.{val_ppl(k)}": v for k, v in perplexity(qat).items()})
+            if history:
+                metrics["qat.kl_first"] = round(float(np.mean([h["kl"] for h in history[:5]])), 4)
+                metrics["qat.kl_last"] = round(float(np.mean([h["kl"] for h in history[-5:]])), 4)
+            for name in ("ptq", "qat"):
+                ratio = metrics[f"{name}.{val_ppl('all')}"] / metrics[f"fp32.{val_ppl('all')}"]
+                metrics[f"{name}.val_ppl_ratio"] = round(ratio, 4)
+            with atomic_dir(params.out_dir, stage=STAGE) as out:
+                for name, model in (("ptq", ptq), ("qat", qat)):
+                    save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
+                    save_quant_state(model, params.scheme, out / name / QUANT_NAME)
+            metrics["seconds"] = round(time.perf_counter() - start, 3)
+            write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
+            log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f",
+                     *(metrics[f"{name}.{val_ppl('all')}"] for name in ("fp32", "ptq", "qat")))
+            result = metrics
     return result
 
 

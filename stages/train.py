@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
 
 from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
 from stages.common.lm.token_shards import (
@@ -58,10 +57,9 @@ from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import (
     ParallelParams,
     build_mesh,
-    init_distributed,
+    distributed,
     parallelize,
     pipeline_loss,
-    set_cpu_threads,
 )
 from stages.common.training.trainer import DynamicClip, Freeze, LossScaler, TrainConfig, Trainer
 
@@ -193,63 +191,59 @@ def run(params: Params) -> dict[str, Any] | None:
     """Train on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     check_inputs(params)
     started = time.perf_counter()
-    env = init_distributed(params.device)
-    set_cpu_threads(env, params.num_threads)
-    precision = resolve_precision("auto", env.device) if params.precision == "auto" else params.precision
-    manifest = read_manifest(params.tokens_dir)
-    overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
-    cfg = preset(params.preset, manifest["vocab_size"], **overrides)
-    seq_len = cfg.max_seq_len
-    seed_everything(params.seed)  # the same initial weights on every rank, before any sharding
-    model = Transformer(cfg).to(env.device)
-    flops_per_token = model.flops_per_token(seq_len)
-    num_params = model.num_params()
+    with distributed(params.device, params.num_threads) as env:
+        precision = resolve_precision("auto", env.device) if params.precision == "auto" else params.precision
+        manifest = read_manifest(params.tokens_dir)
+        overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
+        cfg = preset(params.preset, manifest["vocab_size"], **overrides)
+        seq_len = cfg.max_seq_len
+        seed_everything(params.seed)  # the same initial weights on every rank, before any sharding
+        model = Transformer(cfg).to(env.device)
+        flops_per_token = model.flops_per_token(seq_len)
+        num_params = model.num_params()
 
-    scaler = LossScaler(precision == "fp16")
-    parallel = params.parallel.resolve(env.world_size, PARALLEL_PREFIX)
-    mesh = build_mesh(env, parallel)
-    parts = parallelize(model, mesh, parallel, env.device, params.gradient_accumulation_steps,
-                        lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)
-    optimizer = configure_optimizer(parts.module, params.optim, env.device)
-    train_config = TrainConfig(
-        max_steps=params.max_steps, micro_batch_size=params.micro_batch_size,
-        gradient_accumulation_steps=params.gradient_accumulation_steps, seq_len=seq_len, precision=precision,
-        optim=params.optim, dynamic_clip=params.dynamic_clip, freeze=params.freeze,
-        max_bad_steps=params.max_bad_steps, eval_windows=params.eval.windows, peak_flops=params.peak_flops)
-    global_batch = parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
-    sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, seq_len, global_batch,
-                          params.max_steps, params.seed)
-    trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
+        scaler = LossScaler(precision == "fp16")
+        parallel = params.parallel.resolve(env.world_size, PARALLEL_PREFIX)
+        mesh = build_mesh(env, parallel)
+        parts = parallelize(model, mesh, parallel, env.device, params.gradient_accumulation_steps,
+                            lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)
+        optimizer = configure_optimizer(parts.module, params.optim, env.device)
+        train_config = TrainConfig(
+            max_steps=params.max_steps, micro_batch_size=params.micro_batch_size,
+            gradient_accumulation_steps=params.gradient_accumulation_steps, seq_len=seq_len, precision=precision,
+            optim=params.optim, dynamic_clip=params.dynamic_clip, freeze=params.freeze,
+            max_bad_steps=params.max_bad_steps, eval_windows=params.eval.windows, peak_flops=params.peak_flops)
+        global_batch = parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
+        sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, seq_len, global_batch,
+                              params.max_steps, params.seed)
+        trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
 
-    root = Path(params.checkpoint_dir)
-    run_id = fingerprint(params, manifest)
-    state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
-    if state is not None:
-        trainer.load_state_dict(state)
-    resumed_from = trainer.step if state is not None else None
+        root = Path(params.checkpoint_dir)
+        run_id = fingerprint(params, manifest)
+        state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
+        if state is not None:
+            trainer.load_state_dict(state)
+        resumed_from = trainer.step if state is not None else None
 
-    def save_checkpoint() -> None:
-        checkpoint.save(root, trainer.step, parts.module, optimizer, {**trainer.state_dict(), "fingerprint": run_id},
-                        params.checkpoint.keep)
+        def save_checkpoint() -> None:
+            checkpoint.save(root, trainer.step, parts.module, optimizer,
+                            {**trainer.state_dict(), "fingerprint": run_id}, params.checkpoint.keep)
 
-    if env.is_main:
-        log.info("training %s (%.2fM parameters) for %d steps: %d process(es) as pp=%d dp=%d (%s) tp=%d, "
-                 "global batch %d x %d tokens, %s", params.preset, num_params / 1e6, params.max_steps, env.world_size,
-                 parallel.pipeline_parallel_size, parallel.data_parallel_size, parallel.data_parallel_mode,
-                 parallel.tensor_parallel_size, global_batch, seq_len,
-                 precision)
-    trainer.fit(open_tiers(params.tokens_dir, "val"), params.eval.every, params.checkpoint.every, save_checkpoint,
-                params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
-    metrics = None
-    if env.is_main:
-        with atomic_dir(params.model_dir, stage=STAGE) as out:  # from the final checkpoint, saved by fit() at the end
-            checkpoint.consolidate(root / f"step_{trainer.step:08d}", cfg, out / CHECKPOINT_NAME)
-        metrics = summarize(trainer, params, parallel, precision, env.world_size, num_params, resumed_from,
-                            time.perf_counter() - started)
-        write_outputs(trainer, params, metrics)
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+        if env.is_main:
+            log.info("training %s (%.2fM parameters) for %d steps: %d process(es) as pp=%d dp=%d (%s) tp=%d, "
+                     "global batch %d x %d tokens, %s", params.preset, num_params / 1e6, params.max_steps,
+                     env.world_size, parallel.pipeline_parallel_size, parallel.data_parallel_size,
+                     parallel.data_parallel_mode, parallel.tensor_parallel_size, global_batch, seq_len, precision)
+        trainer.fit(open_tiers(params.tokens_dir, "val"), params.eval.every, params.checkpoint.every,
+                    save_checkpoint, params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
+        metrics = None
+        if env.is_main:
+            # the model from the final checkpoint, which fit() saves at the end
+            with atomic_dir(params.model_dir, stage=STAGE) as out:
+                checkpoint.consolidate(root / f"step_{trainer.step:08d}", cfg, out / CHECKPOINT_NAME)
+            metrics = summarize(trainer, params, parallel, precision, env.world_size, num_params, resumed_from,
+                                time.perf_counter() - started)
+            write_outputs(trainer, params, metrics)
     return metrics
 
 

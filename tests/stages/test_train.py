@@ -253,7 +253,7 @@ def test_a_validation_split_too_small_stops_before_torchrun_in_one_line(tmp_path
 
 def test_each_worker_checks_the_shards_before_joining_the_process_group(tmp_path, monkeypatch):
     params = tiny_params(tmp_path, micro_batch_size=200)  # 200 windows of 64 tokens: more than a tier holds
-    monkeypatch.setattr(train, "init_distributed", lambda device: pytest.fail("joined the process group"))
+    monkeypatch.setattr(train, "distributed", lambda *args: pytest.fail("joined the process group"))
     with pytest.raises(ConfigError, match=r"the train tiers hold easy 11,880, medium 11,560, hard 12,040 tokens, "
                                           r"12,801 needed in each for one micro batch of train.micro_batch_size 200 "
                                           r"windows of seq_len 64 \(preset debug\): give perplexity a larger "

@@ -159,6 +159,21 @@ def init_distributed(device: str) -> DistEnv:
     return DistEnv(rank, world, local_rank, local_world, dev)
 
 
+@contextmanager
+def distributed(device: str, num_threads: int = 0) -> Iterator[DistEnv]:
+    """A stage's processes for the duration: joined to torchrun's process group (or one process alone), with
+    torch's CPU threads set (`set_cpu_threads`). On the way out every rank waits for the others (after success
+    only: a rank that failed would leave them waiting) and the process group is always destroyed."""
+    env = init_distributed(device)
+    set_cpu_threads(env, num_threads)
+    try:
+        yield env
+        barrier()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def set_cpu_threads(env: DistEnv, num_threads: int = 0) -> None:
     """torch's CPU threads per process: `num_threads`, or (0) the cores shared among the local processes."""
     if env.device.type == "cpu":

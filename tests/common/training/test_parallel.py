@@ -1,7 +1,9 @@
 """The parallel layout's arithmetic and the one-process paths of `parallel.py`, on the CPU without a process
 group: params validation, the process count a layout needs, the split of layers into pipeline stages, the
-environment torchrun sets. The multi-process layouts run under torchrun in tests/integration."""
+environment torchrun sets; `distributed()` also in a one-process gloo group. The multi-process layouts run
+under torchrun in tests/integration."""
 import os
+import socket
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from stages.common.training.parallel import (
     ParallelParams,
     PipelinePart,
     build_mesh,
+    distributed,
     init_distributed,
     main_rank_cores,
     mesh_coord,
@@ -175,6 +178,33 @@ def test_the_process_layout_comes_from_torchrun_s_environment_without_joining_a_
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="'train.device' is cuda but no CUDA device is available"):
             init_distributed("cuda")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_distributed_always_leaves_the_process_group(monkeypatch):
+    """The stages' one way in and out: the group is destroyed after success and after an error alike."""
+    for name in TORCHRUN_VARS:
+        monkeypatch.delenv(name, raising=False)
+    with distributed("cpu", 1) as env:  # not under torchrun: one process, no group
+        assert env == DistEnv(0, 1, 0, 1, CPU) and torch.get_num_threads() == 1 and not dist.is_initialized()
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    with distributed("cpu", 1) as env:
+        assert dist.is_initialized() and dist.get_world_size() == 1 and env.is_main
+    assert not dist.is_initialized()
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    with pytest.raises(RuntimeError, match="failed inside"):
+        with distributed("cpu", 1):
+            assert dist.is_initialized()
+            raise RuntimeError("failed inside")
+    assert not dist.is_initialized()
 
 
 def test_the_local_ranks_share_the_cores_and_rank_0_borrows_them_while_it_works_alone():
