@@ -20,13 +20,11 @@ Outputs:
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from stages.common.compress.onnx_runtime import (
     session,
 )
 from stages.common.compress.quant import QUANT_NAME, load_quant_state, read_scheme
+from stages.common.compress.sampling import GenerateParams, check_generate_value, generate_main, generate_text
 from stages.common.lm import bpe
 from stages.common.lm.evaluation import tier_perplexity
 from stages.common.lm.hf import write_hf_folder
@@ -58,10 +57,10 @@ from stages.common.lm.token_shards import TIERS, open_tiers
 from stages.common.report.card import model_card
 from stages.common.report.data import read_funnel
 from stages.common.runtime.atomic import atomic_dir, write_csv
-from stages.common.runtime.cli import config_error, stage_main
+from stages.common.runtime.cli import stage_main
 from stages.common.runtime.metrics import write_metrics
-from stages.common.runtime.ownership import check_owned_paths, missing_input
-from stages.common.runtime.params import ConfigError, from_dict, load_section, param, validate
+from stages.common.runtime.ownership import check_owned_paths
+from stages.common.runtime.params import param, validate
 
 log = logging.getLogger("refinery.export")
 STAGE = "export"
@@ -69,27 +68,6 @@ FP32_NAME, INT8_NAME = "model.onnx", "model.int8.onnx"
 TABLE_COLUMNS = ["model", "precision", "num_params", "file_mb", "latency_ms_b1", "latency_ms_b1_median",
                  "tokens_per_s_b8",
                  *[f"val_ppl_{t}" for t in (*TIERS, "all")]]
-
-
-# Each new token reruns the model on the whole window (no KV cache): the cap keeps a mistyped count from
-# running for hours. Past the model's context length (max_seq_len) the window slides.
-MAX_NEW_TOKENS = 1024
-MAX_SEED = 2**32 - 1  # 32 bits, as np.random.seed and most tools take a seed
-
-
-@dataclass(frozen=True)
-class GenerateParams:
-    prompt: str = "The"
-    max_new_tokens: int = param(40, min=1, max=MAX_NEW_TOKENS)
-    temperature: float = param(0.8, min=0.0)  # 0 = greedy
-    top_k: int = param(40, min=0)  # 0, or at least the vocabulary size = the whole vocabulary
-    seed: int = param(0, min=0)  # at most MAX_SEED: check_generate_value
-
-
-# `generate`'s command-line options: option -> (GenerateParams field, how its text is read)
-GENERATE_OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "--prompt": ("prompt", str), "--max-new-tokens": ("max_new_tokens", int),
-    "--temperature": ("temperature", float), "--top-k": ("top_k", int), "--seed": ("seed", int)}
 
 
 @dataclass(frozen=True)
@@ -135,20 +113,6 @@ class Params:
             check_generate_value(f"param '{STAGE}.generate.{name}'", name, getattr(self.generate, name))
         for i, prompt in enumerate(self.sample_prompts):
             check_generate_value(f"param '{STAGE}.sample_prompts[{i}]'", "prompt", prompt)
-
-
-def check_generate_value(key: str, name: str, value: Any) -> None:
-    """What a GenerateParams field's `param` rules cannot say, as a ConfigError naming `key`: a prompt is
-    text the tokenizer can encode (a lone surrogate is what Python makes of command-line bytes that are not
-    UTF-8); a seed is at most MAX_SEED (a `max` rule would print it rounded, 4.29497e+09)."""
-    if name == "prompt":
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ConfigError(f"{key}: must be UTF-8 text, got {value[e.start:e.end]!r} at character {e.start} "
-                              "(bytes that are not UTF-8, or a lone surrogate)") from None
-    if name == "seed" and value > MAX_SEED:
-        raise ConfigError(f"{key}: must be in [0, {MAX_SEED}], got {value}")
 
 
 def add_config_metadata(path: Path, model: Transformer) -> None:
@@ -395,43 +359,6 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float | int]:
     return out
 
 
-def generate_text(model_path: str | Path, tokenizer_dir: str, g: GenerateParams, num_threads: int) -> str:
-    """Sample a continuation of `g.prompt` from an ONNX LM (no KV cache: each token re-reads the window)."""
-    sess = session(model_path, num_threads)
-    meta = sess.get_modelmeta().custom_metadata_map
-    config = json.loads(meta[CONFIG_METADATA_KEY])
-    max_seq_len = config["max_seq_len"]
-    tokenizer = bpe.load(tokenizer_dir)
-    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(tokenizer_dir))
-    ids = [eos_id] + tokenizer.encode(g.prompt, add_special_tokens=False).ids  # eos starts every document
-    rng = np.random.default_rng(g.seed)
-    top_k = whole_vocabulary_top_k(g.top_k, config["vocab_size"])
-    new: list[int] = []
-    for _ in range(g.max_new_tokens):
-        logits = run_logits(sess, np.array([(ids + new)[-max_seq_len:]]))[0, -1].astype(np.float64)
-        if g.temperature <= 0:
-            token = int(logits.argmax())
-        else:
-            if top_k:
-                logits[logits < np.sort(logits)[-top_k]] = -np.inf
-            with np.errstate(over="ignore"):  # a tiny temperature sends all but the top logit to -inf: p = 0
-                probs = np.exp((logits - logits.max()) / g.temperature)
-            token = int(rng.choice(len(probs), p=probs / probs.sum()))
-        if token == eos_id:
-            break
-        new.append(token)
-    return g.prompt + tokenizer.decode(new)
-
-
-def whole_vocabulary_top_k(top_k: int, vocab_size: int) -> int:
-    """`top_k`, or 0 (the whole vocabulary) when it is at least the vocabulary size, with a note."""
-    if top_k < vocab_size:
-        return top_k
-    log.warning("note: top_k %d is at least the vocabulary size (%d tokens): sampling from the whole vocabulary",
-                top_k, vocab_size)
-    return 0
-
-
 def generate_samples(fp32_path: Path, int8_path: Path, params: Params) -> dict[str, Any]:
     """What `generate` prints for each sample prompt from the FP32 and the INT8 model (same seed)."""
     decoding = {k: v for k, v in asdict(params.generate).items() if k != "prompt"}
@@ -441,62 +368,6 @@ def generate_samples(fp32_path: Path, int8_path: Path, params: Params) -> dict[s
         samples.append({"prompt": prompt, **{name: generate_text(path, params.tokenizer_dir, g, params.num_threads)
                                              for name, path in (("fp32", fp32_path), ("int8", int8_path))}})
     return {"decoding": decoding, "samples": samples}
-
-
-def generate_overrides(args: dict[str, Any]) -> dict[str, Any]:
-    """The GenerateParams values given on the command line (`args`: argparse's, keyed by field name), each
-    checked against its field's rules: a one-line ConfigError naming the option and what it allows."""
-    overrides = {}
-    for option, (name, read) in GENERATE_OPTIONS.items():
-        text = args.get(name)
-        if text is None:
-            continue
-        try:
-            value = read(text)
-        except ValueError:
-            value = text  # from_dict names the type expected
-        try:
-            from_dict(GenerateParams, {name: value})
-        except ValueError as e:  # "param 'top_k': must be >= 0, got -1"
-            raise ConfigError(f"{option}: {str(e).split(': ', 1)[1]}") from None
-        check_generate_value(option, name, value)
-        overrides[name] = value
-    return overrides
-
-
-def generate_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m stages.export generate",
-        description="Sample a continuation of a prompt from the exported ONNX model (the INT8 one by default), "
-                    "with the tokenizer and defaults of params.yaml's `export` section; prints the text.")
-    parser.add_argument("--params", default="params.yaml",
-                        help="params file: export.out_dir, export.tokenizer_dir, export.generate.* (default: "
-                             "params.yaml)")
-    parser.add_argument("--model", help=f"ONNX model file (default: <export.out_dir>/onnx/{INT8_NAME}; "
-                                        f"<export.out_dir>/onnx/{FP32_NAME} is the FP32 one)")
-    parser.add_argument("--prompt", help="text to continue, UTF-8 (default: export.generate.prompt)")
-    parser.add_argument("--max-new-tokens",
-                        help=f"tokens to add at most, 1 to {MAX_NEW_TOKENS}; sampling also stops at the "
-                             "end-of-document token (default: export.generate.max_new_tokens)")
-    parser.add_argument("--temperature", help="sampling temperature, >= 0; 0 = greedy, always the likeliest "
-                                              "token (default: export.generate.temperature)")
-    parser.add_argument("--top-k", help="sample among the k likeliest tokens, >= 0; 0, or at least the vocabulary "
-                                        "size, = the whole vocabulary (default: export.generate.top_k)")
-    parser.add_argument("--seed", help=f"random seed, 0 to {MAX_SEED}: the same seed, prompt and model give the "
-                                       "same text (default: export.generate.seed)")
-    args = parser.parse_args(argv)
-    try:
-        overrides = generate_overrides(vars(args))  # before the params file and the model are read
-        params = load_section(STAGE, Params, args.params)
-        g = replace(params.generate, **overrides)
-        model = args.model or str(Path(params.out_dir) / "onnx" / INT8_NAME)
-        if not Path(model).is_file():
-            raise ConfigError(missing_input(STAGE, "out_dir", model) if args.model is None else
-                              f"--model {model}: no such file")
-        check_owned_paths(STAGE, {"tokenizer_dir": params.tokenizer_dir}, {})
-    except ValueError as e:  # params, or a model not exported yet: one line
-        config_error(e)
-    print(generate_text(model, params.tokenizer_dir, g, params.num_threads))
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -511,7 +382,7 @@ def headline(metrics: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["generate"]:
-        generate_main(argv[1:])
+        generate_main(argv[1:], STAGE, Params, "python -m stages.export generate", INT8_NAME, FP32_NAME)
         return
     stage_main(STAGE, Params, run, __doc__, argv,
                epilog="`python -m stages.export generate --help`: sample text from the exported model.")

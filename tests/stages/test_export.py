@@ -13,6 +13,7 @@ from bench import export as bench_export
 from stages import export, prune, qat
 from stages.common.compress.int8_pairs import EXACT_EVERYWHERE, EXACT_VNNI_ONLY
 from stages.common.compress.quant import QuantScheme
+from stages.common.compress.sampling import GenerateParams, generate_text
 from stages.common.lm.hf import write_hf_folder
 from stages.common.lm.model import preset
 from tests.fixtures.compress import make_inputs, tiny_prune_params, tiny_qat_params
@@ -48,7 +49,7 @@ def chain(tmp_path_factory, one_torch_thread):
         out_dir=str(root / "export"), metrics_path=str(root / "export.json"),
         detail_path=str(root / "export.detail.json"), plot_path=str(root / "export.csv"),
         num_threads=1, latency_runs=2, latency_rounds=1, val_batches=2,
-        generate=dataclasses.replace(export.GenerateParams(), max_new_tokens=8))
+        generate=dataclasses.replace(GenerateParams(), max_new_tokens=8))
     return root, params, export.run(params)
 
 
@@ -147,10 +148,10 @@ def test_generate_command_samples_from_the_onnx_model(chain, tmp_path, capsys):
                  "--max-new-tokens", "6"])
     text = capsys.readouterr().out.strip()
     assert text.startswith("the river") and len(text) > len("the river")
-    greedy = export.generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
-                                  export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
-    assert greedy == export.generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
-                                          export.GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
+    greedy = generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
+                                  GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
+    assert greedy == generate_text(root / "export" / "onnx" / "model.onnx", params.tokenizer_dir,
+                                          GenerateParams(prompt="the", temperature=0, max_new_tokens=5), 1)
 
 
 @pytest.mark.parametrize("args, error", [
@@ -201,8 +202,8 @@ def test_a_top_k_beyond_the_vocabulary_samples_from_all_of_it(chain, caplog):
     model = root / "export" / "onnx" / "model.onnx"
 
     def text(**decoding) -> str:
-        return export.generate_text(model, params.tokenizer_dir,
-                                    export.GenerateParams(prompt="the", max_new_tokens=6, seed=3, **decoding), 1)
+        return generate_text(model, params.tokenizer_dir,
+                                    GenerateParams(prompt="the", max_new_tokens=6, seed=3, **decoding), 1)
 
     with caplog.at_level(logging.WARNING, logger="refinery.export"):
         assert text(top_k=10**30, temperature=5.0) == text(top_k=0, temperature=5.0)
