@@ -45,6 +45,7 @@ from bench import _provenance
 from bench.export import round_robin, train_teacher
 from stages import export, qat
 from stages.common.compress.deployable import DeployLM
+from stages.common.compress.distill import even_sampler
 from stages.common.compress.onnx_runtime import emulated_logits, int8_kernels, run_logits, session
 from stages.common.compress.quant import QuantScheme
 from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint
@@ -94,7 +95,7 @@ def calibrated(fp32: torch.nn.Module, scheme: QuantScheme, tokens_dir: str, batc
                seed: int) -> DeployLM:
     """PTQ as the `qat` stage calibrates it (same sampler, seed and batches)."""
     cfg = fp32.config
-    calibration = qat.sampler(tokens_dir, cfg.max_seq_len, batch_size, 1, seed + 1)
+    calibration = even_sampler(tokens_dir, cfg.max_seq_len, batch_size, 1, seed + 1)
     model = DeployLM(copy.deepcopy(fp32), scheme).eval()
     qat.calibrate(model, [calibration.batch(i).inputs for i in range(num_batches)])
     return model

@@ -38,17 +38,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from stages.common.compress.distill import DistillParams, finetune
+from stages.common.compress.distill import (
+    DistillParams,
+    even_sampler,
+    finetune,
+    frozen_teacher,
+    trainable,
+    val_perplexity,
+)
 from stages.common.compress.pruning import METHODS, Keep, importance, prune, select, units_to_keep
-from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
-from stages.common.lm.model import CHECKPOINT_NAME, Transformer, load_checkpoint, read_config, save_checkpoint
+from stages.common.lm.model import CHECKPOINT_NAME, Transformer, read_config, save_checkpoint
 from stages.common.lm.token_shards import (
     TIERS,
-    TierMix,
-    TierRatios,
-    TierSampler,
     check_tier_tokens,
-    open_tiers,
     read_manifest,
 )
 from stages.common.runtime import digest
@@ -59,7 +61,7 @@ from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
-from stages.common.training.parallel import barrier, distributed, main_rank_cores
+from stages.common.training.parallel import barrier, distributed
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -107,19 +109,6 @@ class Params:
                 raise ValueError(f"param 'prune.{name}' must be non-decreasing fractions in [0, 1), got {list(values)}")
 
 
-def tier_sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
-    """Training windows drawn evenly across tiers (pruning should keep what every tier needs)."""
-    even = TierRatios(1.0, 1.0, 1.0)
-    return TierSampler(open_tiers(tokens_dir, "train"), TierMix(even, even, "constant"), seq_len, batch_size,
-                       max(1, steps), seed)
-
-
-def val_perplexity(model: Transformer, tokens_dir: str, batch_size: int, max_batches: int,
-                   device: torch.device) -> dict[str, float]:
-    return tier_perplexity(lambda windows: torch_token_nll(model, windows, device), tokens_dir,
-                           model.config.max_seq_len, batch_size, max_batches)
-
-
 def fingerprint(params: Params, teacher_file: Path) -> str:
     """The run's identity (stages.common.runtime.digest): the params but the placement-only ones, the
     teacher's and the token shards' contents, the code this stage imports."""
@@ -159,9 +148,7 @@ def run(params: Params) -> dict[str, Any] | None:
         precision = resolve_precision(params.precision, device)
         seed_everything(params.seed)
         teacher_file = Path(params.teacher_dir) / CHECKPOINT_NAME
-        teacher = load_checkpoint(teacher_file, device).eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
+        teacher = frozen_teacher(teacher_file, device)
         cfg = teacher.config
         seq_len = params.distill.seq_len or cfg.max_seq_len
         distill_p = params.distill
@@ -173,19 +160,17 @@ def run(params: Params) -> dict[str, Any] | None:
                 shutil.rmtree(stale)
 
         def evaluate(model: Transformer) -> dict[str, float]:
-            with main_rank_cores(env):
-                return val_perplexity(model, params.tokens_dir, distill_p.batch_size, params.val_batches, device)
+            return val_perplexity(model, params.tokens_dir, cfg.max_seq_len, distill_p.batch_size,
+                                  params.val_batches, env)
 
         metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
                                    "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
                                    "num_processes": env.world_size}
         if env.is_main:
             metrics.update({f"teacher.{val_ppl(tier)}": ppl for tier, ppl in evaluate(teacher).items()})
-        calibration = tier_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
+        calibration = even_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
 
-        student = copy.deepcopy(teacher)
-        for p in student.parameters():
-            p.requires_grad_(True)
+        student = trainable(copy.deepcopy(teacher))
         with atomic_dir(params.out_dir, stage=STAGE) if env.is_main else contextlib.nullcontext() as out:
             for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
                 t0 = time.perf_counter()
@@ -196,7 +181,7 @@ def run(params: Params) -> dict[str, Any] | None:
                 num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
                 student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(device)
                 before = evaluate(student) if env.is_main else {}
-                sampler = tier_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps,
+                sampler = even_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps,
                                        params.seed + 100 * i)
                 history, resumed = finetune(student, teacher, sampler, distill_p, env, precision, root / f"step_{i}",
                                             f"{run_id}-step{i}", params.checkpoint, student.flops_per_token(seq_len),

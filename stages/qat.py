@@ -38,17 +38,20 @@ import numpy as np
 import torch
 
 from stages.common.compress.deployable import DeployLM
-from stages.common.compress.distill import DistillOptim, DistillParams, finetune
+from stages.common.compress.distill import (
+    DistillOptim,
+    DistillParams,
+    even_sampler,
+    finetune,
+    frozen_teacher,
+    trainable,
+    val_perplexity,
+)
 from stages.common.compress.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
-from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
-from stages.common.lm.model import CHECKPOINT_NAME, load_checkpoint, read_config, save_checkpoint
+from stages.common.lm.model import CHECKPOINT_NAME, read_config, save_checkpoint
 from stages.common.lm.token_shards import (
     TIERS,
-    TierMix,
-    TierRatios,
-    TierSampler,
     check_tier_tokens,
-    open_tiers,
     read_manifest,
 )
 from stages.common.runtime import digest
@@ -59,7 +62,7 @@ from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
-from stages.common.training.parallel import barrier, distributed, main_rank_cores
+from stages.common.training.parallel import barrier, distributed
 
 log = logging.getLogger("refinery.qat")
 STAGE = "qat"
@@ -102,12 +105,6 @@ class Params:
         self.distill.check_processes(STAGE, self.nproc_per_node)
 
 
-def sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
-    even = TierRatios(1.0, 1.0, 1.0)
-    return TierSampler(open_tiers(tokens_dir, "train"), TierMix(even, even, "constant"), seq_len, batch_size,
-                       max(1, steps), seed)
-
-
 def calibrate(model: DeployLM, batches: list[torch.Tensor]) -> None:
     set_mode(model, "observe")
     with torch.inference_mode():
@@ -145,21 +142,18 @@ def run(params: Params) -> dict[str, Any] | None:
     with distributed("cpu", params.num_threads) as env:
         seed_everything(params.seed)
         model_file = Path(params.model_dir) / CHECKPOINT_NAME
-        fp32 = load_checkpoint(model_file).eval()
-        for p in fp32.parameters():
-            p.requires_grad_(False)
+        fp32 = frozen_teacher(model_file)
         cfg, distill_p = fp32.config, params.distill
         seq_len = distill_p.seq_len or cfg.max_seq_len
 
         def perplexity(model: torch.nn.Module) -> dict[str, float]:
-            with main_rank_cores(env):
-                return tier_perplexity(lambda w: torch_token_nll(model, w), params.tokens_dir, cfg.max_seq_len,
-                                       distill_p.batch_size, params.val_batches)
+            return val_perplexity(model, params.tokens_dir, cfg.max_seq_len, distill_p.batch_size,
+                                  params.val_batches, env)
 
         metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
         if env.is_main:
             metrics.update({f"fp32.{val_ppl(k)}": v for k, v in perplexity(fp32).items()})
-        calibration = sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
+        calibration = even_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
         batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
 
         t0 = time.perf_counter()
@@ -170,10 +164,8 @@ def run(params: Params) -> dict[str, Any] | None:
             metrics.update({f"ptq.{val_ppl(k)}": v for k, v in perplexity(ptq).items()})
 
         t0 = time.perf_counter()
-        qat = copy.deepcopy(ptq)
-        for p in qat.parameters():
-            p.requires_grad_(True)
-        train = sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
+        qat = trainable(copy.deepcopy(ptq))
+        train = even_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
         # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
         history, resumed = finetune(qat, fp32, train, distill_p, env, "fp32", Path(params.checkpoint_dir),
                                     fingerprint(params, model_file), params.checkpoint, fp32.flops_per_token(seq_len),

@@ -219,23 +219,14 @@ def run(params: Params) -> dict[str, Any] | None:
         trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
 
         root = Path(params.checkpoint_dir)
-        run_id = fingerprint(params, manifest)
-        state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
-        if state is not None:
-            trainer.load_state_dict(state)
-        resumed_from = trainer.step if state is not None else None
-
-        def save_checkpoint() -> None:
-            checkpoint.save(root, trainer.step, parts.module, optimizer,
-                            {**trainer.state_dict(), "fingerprint": run_id}, params.checkpoint.keep)
-
+        resumed_from = trainer.resume(root, fingerprint(params, manifest), params.checkpoint.keep, env.is_main)
         if env.is_main:
             log.info("training %s (%.2fM parameters) for %d steps: %d process(es) as pp=%d dp=%d (%s) tp=%d, "
                      "global batch %d x %d tokens, %s", params.preset, num_params / 1e6, params.max_steps,
                      env.world_size, parallel.pipeline_parallel_size, parallel.data_parallel_size,
                      parallel.data_parallel_mode, parallel.tensor_parallel_size, global_batch, seq_len, precision)
         trainer.fit(open_tiers(params.tokens_dir, "val"), params.eval.every, params.checkpoint.every,
-                    save_checkpoint, params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
+                    trainer.save_checkpoint, params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
         metrics = None
         if env.is_main:
             # the model from the final checkpoint, which fit() saves at the end

@@ -20,12 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stages.common.lm.token_shards import TierNeed, TierSampler, window_tokens
+from stages.common.lm.evaluation import tier_perplexity, torch_token_nll
+from stages.common.lm.model import Transformer, load_checkpoint
+from stages.common.lm.token_shards import TierMix, TierNeed, TierRatios, TierSampler, open_tiers, window_tokens
 from stages.common.runtime.params import param
-from stages.common.training import checkpoint
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.optim import OptimParams, configure_optimizer
-from stages.common.training.parallel import DistEnv, replicate
+from stages.common.training.parallel import DistEnv, main_rank_cores, replicate
 from stages.common.training.trainer import DynamicClip, LossScaler, TrainConfig, Trainer
 
 
@@ -103,6 +104,38 @@ class DistillLoss:
         return loss, {"kl": kl.detach(), "ce": ce.detach()}
 
 
+def frozen_teacher(path: Path, device: torch.device | str = "cpu") -> Transformer:
+    """The model at `path` in eval mode with no parameter that trains: the teacher of a fine-tune."""
+    teacher = load_checkpoint(path, device).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
+def trainable(model: nn.Module) -> nn.Module:
+    """`model` with every parameter trainable again (a student made from a frozen copy)."""
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model
+
+
+def even_sampler(tokens_dir: str, seq_len: int, batch_size: int, steps: int, seed: int) -> TierSampler:
+    """Training windows drawn evenly across tiers, at a constant mix: a compressed model should keep what
+    every tier needs."""
+    even = TierRatios(1.0, 1.0, 1.0)
+    return TierSampler(open_tiers(tokens_dir, "train"), TierMix(even, even, "constant"), seq_len, batch_size,
+                       max(1, steps), seed)
+
+
+def val_perplexity(model: nn.Module, tokens_dir: str, seq_len: int, batch_size: int, max_batches: int,
+                   env: DistEnv) -> dict[str, float]:
+    """Validation perplexity per tier and over all (`max_batches` 0: every window), computed by the main rank
+    with the cores of every local rank (the others wait)."""
+    with main_rank_cores(env):
+        return tier_perplexity(lambda windows: torch_token_nll(model, windows, env.device), tokens_dir, seq_len,
+                               batch_size, max_batches)
+
+
 def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: DistillParams, env: DistEnv,
              precision: str, root: Path, run_id: str, ckpt: CheckpointParams, flops_per_token: float,
              desc: str = "distill", progress_bar: bool = True) -> tuple[list[dict[str, Any]], int | None]:
@@ -127,15 +160,8 @@ def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: Di
                       dynamic_clip=DynamicClip(enabled=False), eval_windows=0)
     trainer = Trainer(parts, optimizer, sampler, cfg, env.device, flops_per_token, LossScaler(precision == "fp16"),
                       DistillLoss(teacher, p))
-    state = checkpoint.resume(root, run_id, parts.module, optimizer, env.is_main)
-    if state is not None:
-        trainer.load_state_dict(state)
-
-    def save() -> None:
-        checkpoint.save(root, trainer.step, parts.module, optimizer, {**trainer.state_dict(), "fingerprint": run_id},
-                        ckpt.keep)
-
-    trainer.fit({}, 0, ckpt.every, save, log_every=max(1, p.steps // 10), is_main=env.is_main,
+    resumed = trainer.resume(root, run_id, ckpt.keep, env.is_main)
+    trainer.fit({}, 0, ckpt.every, trainer.save_checkpoint, log_every=max(1, p.steps // 10), is_main=env.is_main,
                 progress_bar=progress_bar, desc=desc)
     student.eval()
-    return trainer.history, state["step"] if state is not None else None
+    return trainer.history, resumed

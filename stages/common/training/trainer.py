@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -32,6 +33,7 @@ from stages.common.lm.model import Transformer
 from stages.common.lm.token_shards import TIERS, Batch, TokenShard
 from stages.common.runtime.device import autocast
 from stages.common.runtime.params import param
+from stages.common.training import checkpoint
 from stages.common.training.optim import OptimParams, configure_optimizer, make_scheduler
 from stages.common.training.parallel import Parallelized, ParallelParams, mesh_coord, parallelize
 
@@ -151,6 +153,7 @@ class Trainer:
         self.val_history: list[dict[str, Any]] = []
         self.step = 0
         self.tokens_seen = 0
+        self._checkpoints: tuple[Path, str, int] | None = None  # (root, run id, keep): set by `resume`
         self.dp_rank, self.dp_size = mesh_coord(parts.mesh, "dp")
         self.tp_rank, _ = mesh_coord(parts.mesh, "tp")
         self.pp_rank, self.pp_size = mesh_coord(parts.mesh, "pp")
@@ -176,6 +179,25 @@ class Trainer:
         self.norm_history = list(state["norm_history"])
         self.counters = Counters(**state["counters"])
         self.history, self.val_history = list(state["history"]), list(state["val_history"])
+
+    def resume(self, root: Path, run_id: str, keep: int, is_main: bool) -> int | None:
+        """Collective. Continue run `run_id` from its newest valid checkpoint under `root` and return the step
+        it was saved at; or start afresh (None), clearing `root`'s checkpoints of another run. From then on
+        `save_checkpoint` saves under `root`, keeping the newest `keep`."""
+        self._checkpoints = (root, run_id, keep)
+        state = checkpoint.resume(root, run_id, self.parts.module, self.optimizer, is_main)
+        if state is None:
+            return None
+        self.load_state_dict(state)
+        return self.step
+
+    def save_checkpoint(self) -> None:
+        """Collective: the model, optimizer and train state at this step, under the run `resume` named."""
+        if self._checkpoints is None:
+            raise RuntimeError("save_checkpoint before resume: no run to save under")
+        root, run_id, keep = self._checkpoints
+        checkpoint.save(root, self.step, self.parts.module, self.optimizer,
+                        {**self.state_dict(), "fingerprint": run_id}, keep)
 
     # ---- one optimizer step ------------------------------------------------------------------------
     @property

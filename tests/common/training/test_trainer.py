@@ -65,3 +65,30 @@ def test_log_lines_can_come_with_the_progress_bar(caplog):
     with caplog.at_level(logging.INFO, logger="refinery.trainer"):
         train("fp32", progress_bar=True, log_every=20)
     assert not [r for r in caplog.records if r.name == "refinery.trainer"]  # a bar alone: no lines
+
+
+def test_the_trainer_resumes_its_own_run_from_its_checkpoints(tmp_path):
+    """`resume` names the run; `save_checkpoint` then saves under it; a trainer of the same run continues from
+    the saved step with the same state, one of another run starts afresh."""
+    def fresh() -> Trainer:
+        torch.manual_seed(0)
+        cfg = TrainConfig(max_steps=STEPS, micro_batch_size=BATCH, gradient_accumulation_steps=1,
+                          seq_len=SEQ_LEN, precision="fp32", optim=OptimParams(lr=1e-2, warmup_steps=5),
+                          dynamic_clip=DynamicClip(enabled=False), eval_windows=0)
+        return in_process(Transformer(preset("debug", 50)), StepBatches(counting_batches), cfg, DEVICE)
+
+    first = fresh()
+    with pytest.raises(RuntimeError, match="save_checkpoint before resume"):
+        first.save_checkpoint()
+    assert first.resume(tmp_path, "run-a", keep=2, is_main=True) is None
+    first.cfg.max_steps = 10
+    first.fit({}, 0, 5, first.save_checkpoint, progress_bar=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000005", "step_00000010"]
+    again = fresh()
+    assert again.resume(tmp_path, "run-a", keep=2, is_main=True) == 10
+    assert again.history == first.history and again.tokens_seen == first.tokens_seen
+    assert all(torch.equal(a, b) for a, b in zip(first.parts.module.state_dict().values(),
+                                                 again.parts.module.state_dict().values()))
+    other = fresh()
+    assert other.resume(tmp_path, "run-b", keep=2, is_main=True) is None and other.step == 0
+    assert list(tmp_path.iterdir()) == []  # another run's checkpoints are cleared
