@@ -66,6 +66,7 @@ from stages.common.lm.scoring import (
     CUTOFF_COLUMNS,
     HISTOGRAM_COLUMNS,
     POOLED,
+    Cutoffs,
     assign_tiers,
     cutoff_rows,
     read_cutoffs,
@@ -584,19 +585,7 @@ def run(params: Params) -> dict[str, Any]:
         seconds["tokenize"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        if params.reference.checkpoint:
-            model = load_checkpoint(params.reference.checkpoint, device)
-            if model.config.vocab_size != vocab_size:
-                raise ValueError(f"{params.reference.checkpoint}: vocabulary {model.config.vocab_size} != "
-                                 f"tokenizer's {vocab_size}")
-            reference_metrics: dict[str, Any] = {"reference.trained": 0, "reference.num_params": model.num_params()}
-        elif params.reference.input_dir:
-            model, reference_metrics = train_reference(params, external_reference(params, tokenizer, False), vocab_size,
-                                                       eos_id, precision, device, scratch)
-            reference_metrics.update(external_validation(params, model, tokenizer, eos_id, precision, device))
-        else:
-            model, reference_metrics = train_reference(params, reference_docs(corpus), vocab_size, eos_id, precision,
-                                                       device, scratch)
+        model, reference_metrics = reference_model(params, corpus, tokenizer, eos_id, precision, device, scratch)
         save_checkpoint(model, model_out / CHECKPOINT_NAME)
         seconds["reference"] = time.perf_counter() - t0
 
@@ -604,17 +593,7 @@ def run(params: Params) -> dict[str, Any]:
         shard_counts = score_corpus(params, model, corpus, eos_id, precision, device)
         seconds["score"] = time.perf_counter() - t0
 
-        if params.cutoffs_from == "all":
-            cutoffs = streamed_cutoffs(corpus.scan("perplexity"), corpus.langs, params.percentiles,
-                                       params.min_docs_per_lang)
-        elif params.cutoffs_from == "reference":
-            cutoffs = streamed_cutoffs(corpus.scan("perplexity", corpus.in_reference_langs), corpus.langs,
-                                       params.percentiles, params.min_docs_per_lang)
-        else:
-            cutoffs = read_cutoffs(params.cutoffs_from)
-        tiers, lang_names = corpus.columns.create("tier", np.int8), np.array(corpus.langs, dtype=object)
-        for s in corpus.columns.slices():
-            tiers[s] = assign_tiers(corpus.columns["perplexity"][s], lang_names[corpus.columns["lang"][s]], cutoffs)
+        cutoffs = tier_corpus(params, corpus)
         check_split_tokens(params, *split_sizes(corpus, tiered=True), tiered=True)
 
         t0 = time.perf_counter()
@@ -623,12 +602,7 @@ def run(params: Params) -> dict[str, Any]:
         plot_rows = streamed_histogram_rows(corpus.scan("perplexity"), corpus.langs, cutoffs)
         shutil.rmtree(scratch)
         write_csv(out / "cutoffs.csv", CUTOFF_COLUMNS, cutoff_rows(cutoffs))
-        write_json(out / "tokens" / "manifest.json", {
-            "vocab_size": vocab_size, "eos_id": eos_id, "dtype": shards["train", "easy"].dtype.name,
-            "tiers": list(TIERS), "splits": list(SPLITS),
-            "shards": {f"{split}/{tier}": {"num_docs": w.num_docs, "num_tokens": w.num_tokens}
-                       for (split, tier), w in shards.items()},
-        })
+        write_manifest(out / "tokens" / "manifest.json", shards, vocab_size, eos_id)
         write_dataset_card(out, STAGE, sys.modules[__name__], params, CARD_NOTES)
         seconds["write"] = time.perf_counter() - t0
     shutil.rmtree(Path(params.work_dir).resolve(), ignore_errors=True)  # scores are only dropped once published
@@ -642,6 +616,53 @@ def run(params: Params) -> dict[str, Any]:
              metrics["num_tokens"], metrics.get("reference.val_perplexity", float("nan")),
              {k.split(".")[1]: v for k, v in metrics.items() if k.startswith("hard_easy_ratio.")}, metrics["seconds"])
     return metrics
+
+
+def reference_model(params: Params, corpus: Corpus, tokenizer: Tokenizer, eos_id: int, precision: str,
+                    device: torch.device, scratch: Path) -> tuple[Transformer, dict[str, Any]]:
+    """The reference LM and its metrics: the checkpoint `reference.checkpoint` names, or one trained on
+    `reference.input_dir` (scored on its own validation documents), or on the corpus's reference subset."""
+    vocab_size = tokenizer.get_vocab_size()
+    if params.reference.checkpoint:
+        model = load_checkpoint(params.reference.checkpoint, device)
+        if model.config.vocab_size != vocab_size:
+            raise ValueError(f"{params.reference.checkpoint}: vocabulary {model.config.vocab_size} != "
+                             f"tokenizer's {vocab_size}")
+        return model, {"reference.trained": 0, "reference.num_params": model.num_params()}
+    if params.reference.input_dir:
+        model, metrics = train_reference(params, external_reference(params, tokenizer, False), vocab_size, eos_id,
+                                         precision, device, scratch)
+        metrics.update(external_validation(params, model, tokenizer, eos_id, precision, device))
+        return model, metrics
+    return train_reference(params, reference_docs(corpus), vocab_size, eos_id, precision, device, scratch)
+
+
+def tier_corpus(params: Params, corpus: Corpus) -> dict[str, Cutoffs]:
+    """The per-language cutoffs (`cutoffs_from`: over every document, over the reference subset, or from a
+    cutoffs.csv) and each document's tier by them, in the corpus's `tier` column; returns the cutoffs."""
+    if params.cutoffs_from == "all":
+        cutoffs = streamed_cutoffs(corpus.scan("perplexity"), corpus.langs, params.percentiles,
+                                   params.min_docs_per_lang)
+    elif params.cutoffs_from == "reference":
+        cutoffs = streamed_cutoffs(corpus.scan("perplexity", corpus.in_reference_langs), corpus.langs,
+                                   params.percentiles, params.min_docs_per_lang)
+    else:
+        cutoffs = read_cutoffs(params.cutoffs_from)
+    tiers, lang_names = corpus.columns.create("tier", np.int8), np.array(corpus.langs, dtype=object)
+    for s in corpus.columns.slices():
+        tiers[s] = assign_tiers(corpus.columns["perplexity"][s], lang_names[corpus.columns["lang"][s]], cutoffs)
+    return cutoffs
+
+
+def write_manifest(path: Path, shards: dict, vocab_size: int, eos_id: int) -> None:
+    """tokens/manifest.json: what the trainer needs to read the shards (vocabulary, eos id, dtype) and the
+    documents and tokens of each split and tier."""
+    write_json(path, {
+        "vocab_size": vocab_size, "eos_id": eos_id, "dtype": shards["train", "easy"].dtype.name,
+        "tiers": list(TIERS), "splits": list(SPLITS),
+        "shards": {f"{split}/{tier}": {"num_docs": w.num_docs, "num_tokens": w.num_tokens}
+                   for (split, tier), w in shards.items()},
+    })
 
 
 def reference_docs(corpus: Corpus) -> Iterator[np.ndarray]:
