@@ -243,21 +243,9 @@ def run(params: Params) -> dict[str, Any]:
         onnx_dir, report_dir, scratch = out / "onnx", out / "onnx" / "report", out / "_scratch"
         report_dir.mkdir(parents=True)
         scratch.mkdir()
-        # -- the two deliverables, with parity checks --
-        fp32_path = export_fp32(final, onnx_dir / FP32_NAME)
-        ids = torch.randint(0, vocab_size, (2, final.config.max_seq_len), generator=torch.Generator().manual_seed(0))
-        diff, agree = parity(session(fp32_path, params.num_threads), final, ids)
-        metrics.update({"parity.fp32_max_abs_diff": diff, "parity.fp32_argmax_agreement": agree})
-        if diff > params.parity_tolerance:
-            raise RuntimeError(f"FP32 ONNX differs from torch by {diff:.3g} > {params.parity_tolerance}")
-        log.info("export: FP32 ONNX written, max |logit difference| from torch %.2g", diff)
         qat = load_quantized(qat_dir / "qat")
-        int8_path = export_int8(qat, onnx_dir / INT8_NAME, scratch)
-        metrics.update(check_int8_pairs(int8_path, params))
-        metrics.update(int8_parity(session(int8_path, params.num_threads), qat, params, final.config.max_seq_len))
-        check_int8_parity(metrics, params)
-        log.info("export: INT8 ONNX written (exact on %s) and checked against its fake-quant model; exporting the "
-                 "other %d models of the chain for the comparison", metrics["int8.exact_on"], len(steps) + 1)
+        fp32_path, int8_path = export_deliverables(final, qat, params, onnx_dir, scratch, metrics)
+        log.info("export: exporting the other %d models of the chain for the comparison", len(steps) + 1)
 
         # -- every model of the chain, for the report --
         rows: dict[str, dict[str, Any]] = {
@@ -277,12 +265,7 @@ def run(params: Params) -> dict[str, Any]:
             with quantizer_notes_silenced():
                 quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
             rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
-        for name, row in tqdm(rows.items(), desc="export: validation perplexity", unit="model"):
-            row["file_mb"] = round(Path(row["path"]).stat().st_size / 2**20, 4)
-            sess = session(row["path"], params.num_threads)
-            ppl = tier_perplexity(lambda w, s=sess: ort_token_nll(s, w), params.tokens_dir,
-                                  final.config.max_seq_len, params.val_batch_size, params.val_batches)
-            row.update({f"val_ppl_{t}": v for t, v in ppl.items()})
+        score_files(rows, params, final.config.max_seq_len)
         seq_len = min(params.latency_seq_len, final.config.max_seq_len)
         metrics["latency_seq_len"] = seq_len
         measure(rows, params, vocab_size, seq_len)
@@ -295,29 +278,66 @@ def run(params: Params) -> dict[str, Any]:
         shutil.rmtree(scratch)
 
         table = [{"model": name, **{k: row[k] for k in TABLE_COLUMNS if k != "model"}} for name, row in rows.items()]
-        for row in table:
-            for key, value in row.items():
-                if key not in ("model", "precision"):
-                    metrics[f"{row['model']}.{key}"] = value
+        metrics.update({f"{row['model']}.{key}": value for row in table for key, value in row.items()
+                        if key not in ("model", "precision")})
         metrics.update(ratios(rows))
         log.info("export: generating the FP32 and INT8 samples")
         samples = generate_samples(fp32_path, int8_path, params)
         (out / "samples.json").write_text(json.dumps(samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        cfg = final.config
-        shape = {"num_params": final.num_params(), "dim": cfg.dim, "num_layers": cfg.num_layers,
-                 "num_heads": cfg.num_heads, "kv_heads": cfg.kv_heads, "hidden_dim": cfg.hidden_dim,
-                 "vocab_size": cfg.vocab_size, "max_seq_len": cfg.max_seq_len}
-        timing = {"num_threads": params.num_threads, "latency_seq_len": seq_len,
-                  "throughput_batch_size": params.throughput_batch_size}
-        card = model_card(model=shape, funnel=read_funnel(params.clean_dir, params.filtered_dir, params.docs_dir),
-                          table=table, metrics=metrics, timing=timing, samples=samples,
-                          eos_token=bpe.eos_token_of(params.tokenizer_dir))
-        (hf_dir / "README.md").write_text(card, encoding="utf-8")
+        write_card(hf_dir / "README.md", final, params, table, metrics, samples, seq_len)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     write_csv(params.plot_path, TABLE_COLUMNS, [[row[c] for c in TABLE_COLUMNS] for row in table])
     log.info("export: %s", {k: v for k, v in metrics.items() if k.startswith(("ratio.", "half_mlp."))})
     return metrics
+
+
+def export_deliverables(final: Transformer, qat: DeployLM, params: Params, onnx_dir: Path, scratch: Path,
+                        metrics: dict[str, Any]) -> tuple[Path, Path]:
+    """The two files the stage delivers, each checked: the FP32 ONNX of the final pruned model against torch
+    (`parity_tolerance`), the INT8 ONNX of the QAT model for saturating weight pairs and against its fake-quant
+    model (RuntimeError when a check fails). Their figures go into `metrics`; returns (FP32 path, INT8 path)."""
+    fp32_path = export_fp32(final, onnx_dir / FP32_NAME)
+    ids = torch.randint(0, final.config.vocab_size, (2, final.config.max_seq_len),
+                        generator=torch.Generator().manual_seed(0))
+    diff, agree = parity(session(fp32_path, params.num_threads), final, ids)
+    metrics.update({"parity.fp32_max_abs_diff": diff, "parity.fp32_argmax_agreement": agree})
+    if diff > params.parity_tolerance:
+        raise RuntimeError(f"FP32 ONNX differs from torch by {diff:.3g} > {params.parity_tolerance}")
+    log.info("export: FP32 ONNX written, max |logit difference| from torch %.2g", diff)
+    int8_path = export_int8(qat, onnx_dir / INT8_NAME, scratch)
+    metrics.update(check_int8_pairs(int8_path, params))
+    metrics.update(int8_parity(session(int8_path, params.num_threads), qat, params, final.config.max_seq_len))
+    check_int8_parity(metrics, params)
+    log.info("export: INT8 ONNX written (exact on %s) and checked against its fake-quant model",
+             metrics["int8.exact_on"])
+    return fp32_path, int8_path
+
+
+def score_files(rows: dict[str, dict[str, Any]], params: Params, seq_len: int) -> None:
+    """Each model file's size and validation perplexity per tier in onnxruntime, into its row."""
+    for row in tqdm(rows.values(), desc="export: validation perplexity", unit="model"):
+        row["file_mb"] = round(Path(row["path"]).stat().st_size / 2**20, 4)
+        sess = session(row["path"], params.num_threads)
+        ppl = tier_perplexity(lambda w, s=sess: ort_token_nll(s, w), params.tokens_dir, seq_len,
+                              params.val_batch_size, params.val_batches)
+        row.update({f"val_ppl_{t}": v for t, v in ppl.items()})
+
+
+def write_card(path: Path, final: Transformer, params: Params, table: list[dict[str, Any]],
+               metrics: dict[str, Any], samples: dict[str, Any], seq_len: int) -> None:
+    """The Hugging Face folder's model card: the model's shape, the data funnel, the comparison table, the
+    INT8 checks, how latency was measured, the samples."""
+    cfg = final.config
+    shape = {"num_params": final.num_params(), "dim": cfg.dim, "num_layers": cfg.num_layers,
+             "num_heads": cfg.num_heads, "kv_heads": cfg.kv_heads, "hidden_dim": cfg.hidden_dim,
+             "vocab_size": cfg.vocab_size, "max_seq_len": cfg.max_seq_len}
+    timing = {"num_threads": params.num_threads, "latency_seq_len": seq_len,
+              "throughput_batch_size": params.throughput_batch_size}
+    card = model_card(model=shape, funnel=read_funnel(params.clean_dir, params.filtered_dir, params.docs_dir),
+                      table=table, metrics=metrics, timing=timing, samples=samples,
+                      eos_token=bpe.eos_token_of(params.tokenizer_dir))
+    path.write_text(card, encoding="utf-8")
 
 
 def half_mlp_step(rows: dict[str, dict[str, Any]]) -> str | None:
