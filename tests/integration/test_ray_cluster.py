@@ -241,8 +241,13 @@ def run_on_cluster(cluster: Cluster, run: Callable[[], dict]) -> tuple[dict, dic
     """The stage's metrics and the shard tasks each node started while it ran."""
     before = cluster.tasks_run()
     metrics = run()
-    after = cluster.tasks_run()
-    ran = {name: after[name] - before[name] for name in after}
+    deadline = time.monotonic() + 10  # a worker's log line may reach its file after the task's result
+    while True:
+        after = cluster.tasks_run()
+        ran = {name: after[name] - before[name] for name in after}
+        if all(n > 0 for n in ran.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert all(n > 0 for n in ran.values()), f"shard tasks per node: {ran} (both nodes should have run some)"
     return metrics, ran
 

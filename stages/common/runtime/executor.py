@@ -254,7 +254,9 @@ def init_ray(address: str, num_cpus: int = 0) -> bool:
 class _RayPool:
     """Ray tasks, one CPU each (see `init_ray`; a cluster this pool started stops with it). The
     initializer's arguments go into the object store once; each worker process runs the initializer once
-    per map. Ray retries a task whose worker died (`max_retries`)."""
+    per map. Ray retries a task whose worker died (`max_retries`). Tasks are spread over the nodes: under
+    Ray's default strategy a task goes where its arguments are, which for shards the driver put is the
+    driver's node whenever a CPU frees up there."""
 
     def __init__(self, address: str, num_workers: int, initializer: Callable[..., None], initargs: tuple) -> None:
         self._started = init_ray(address, num_workers)
@@ -262,7 +264,7 @@ class _RayPool:
 
         self._ray = ray
         self.capacity = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._remote = ray.remote(num_cpus=1, max_retries=3)(_ray_task)
+        self._remote = ray.remote(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")(_ray_task)
         self._token = uuid.uuid4().hex
         self._initializer = _importable(initializer)
         self._initargs = [ray.put(initargs)]
