@@ -267,8 +267,6 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
     tokenizer = bpe.load(pp.tokenizer_dir)
     eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(pp.tokenizer_dir))
     scratch = work / "scratch"
-    corpus = tokenize_corpus(pp.input_dir, tokenizer, eos_id, scratch, seed=pp.seed, val_fraction=pp.val_fraction,
-                             batch_docs=pp.read_batch_docs)
     # the stage keeps no ids in memory; this benchmark of the demo corpus reads them
     table = pq.read_table(sorted(Path(args.docs_dir).glob("part-*.parquet")), columns=["id", "lang"])
     ids, all_langs = table.column("id").to_pylist(), np.array(table.column("lang").to_pylist(), dtype=object)
@@ -296,6 +294,9 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
                        prefix="perplexity.")
         t0, c0 = time.perf_counter(), time.process_time()
         splits = np.array([is_validation(i, vp.seed, vp.val_fraction) for i in ids], dtype=np.int8)
+        # a corpus of its own: reference_subset writes the corpus's `in_reference` column, once
+        corpus = tokenize_corpus(pp.input_dir, tokenizer, eos_id, scratch / f"corpus_{len(out['variants'])}",
+                                 seed=pp.seed, val_fraction=pp.val_fraction, batch_docs=pp.read_batch_docs)
         in_reference = np.asarray(reference_subset(corpus, vp.reference.subset_fraction))
         train_docs = (corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0)))
         model, ref_metrics = perplexity.train_reference(vp, train_docs, tokenizer.get_vocab_size(), eos_id,

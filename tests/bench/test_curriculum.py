@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import curriculum
+from tests.fixtures.lm_corpus import one_torch_thread, synthetic_docs, write_docs  # noqa: F401 (fixture)
 
 
 def test_spread_is_mean_sample_std_and_range():
@@ -183,3 +184,32 @@ def test_tier_agreement_per_language():
     assert out["en"]["spearman"] == pytest.approx(1.0) and out["en"]["same_tier"] == 1.0
     assert out["en"]["two_tiers_apart"] == 0.0 and np.trace(out["en"]["confusion"]) == 150
     assert out["zh"]["spearman"] < 0.8 and out["zh"]["same_tier"] < 1.0 and out["zh"]["docs"] == 150
+
+
+def test_stability_scores_every_variant(tmp_path, one_torch_thread):
+    """Each variant draws its own reference subset from the same documents (a second draw on one corpus
+    once failed: the subset is a column the corpus keeps)."""
+    import argparse
+
+    import yaml
+
+    from stages import tokenizer
+    from tests.conftest import ROOT
+    docs = synthetic_docs(120, seed=4, noisy_share=0.2)
+    docs_dir = write_docs(tmp_path / "docs", docs, rows_per_part=60)
+    tokenizer.run(tokenizer.Params(input_dir=str(docs_dir), out_dir=str(tmp_path / "tok"),
+                                   metrics_path=str(tmp_path / "tok.json"),
+                                   detail_path=str(tmp_path / "tok.detail.json"), vocab_size=300))
+    params_file = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    reference = params_file["perplexity"]["reference"]
+    params_file["perplexity"]["reference"] = {**reference, "preset": "debug", "steps": 2, "batch_size": 2,
+                                              "optim": {**reference["optim"], "warmup_steps": 1}}
+    params_file["perplexity"].update({"min_docs_per_lang": 1, "max_score_tokens": 64})
+    published = {"id": np.array([d["id"] for d in docs], dtype=object),
+                 "perplexity": np.linspace(2.0, 50.0, len(docs))}
+    args = argparse.Namespace(docs_dir=docs_dir, tokenizer_dir=tmp_path / "tok", threads=1, stability_docs=20,
+                              subset_fractions=[0.15])
+    out = curriculum.stability(args, params_file, tmp_path / "work", published)
+    assert [v["name"] for v in out["variants"]] == [f"seed {params_file['perplexity']['seed'] + 1}", "subset 0.15"]
+    for v in out["variants"]:
+        assert v["reference_docs"] > 0 and set(v["per_lang"]) == {"en", "zh"}
