@@ -57,6 +57,7 @@ import torch
 from bench import _provenance
 from stages import perplexity, train
 from stages.common.lm import bpe
+from stages.common.lm.corpus import reference_subset, tokenize_corpus
 from stages.common.lm.scoring import assign_tiers, compute_cutoffs, score_documents
 from stages.common.lm.token_shards import TIERS, is_validation, read_manifest
 from stages.common.runtime.device import resolve_device, resolve_precision
@@ -294,8 +295,9 @@ def stability(args: argparse.Namespace, params_file: dict[str, Any], work: Path,
         t0, c0 = time.perf_counter(), time.process_time()
         splits = np.array([is_validation(i, vp.seed, vp.val_fraction) for i in ids], dtype=np.int8)
         # a corpus of its own: reference_subset writes the corpus's `in_reference` column, once
-        corpus = perplexity.tokenize_corpus(pp, tokenizer, eos_id, scratch / f"corpus_{len(out['variants'])}")
-        in_reference = np.asarray(perplexity.reference_subset(corpus, vp.reference.subset_fraction))
+        corpus = tokenize_corpus(pp.input_dir, tokenizer, eos_id, scratch / f"corpus_{len(out['variants'])}",
+                                 seed=pp.seed, val_fraction=pp.val_fraction, batch_docs=pp.read_batch_docs)
+        in_reference = np.asarray(reference_subset(corpus, vp.reference.subset_fraction))
         train_docs = (corpus.doc(i) for i in np.flatnonzero(in_reference & (splits == 0)))
         model, ref_metrics = perplexity.train_reference(vp, train_docs, tokenizer.get_vocab_size(), eos_id,
                                                         precision, device, scratch / v["name"].replace(" ", "_"))

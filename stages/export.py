@@ -230,51 +230,20 @@ def run(params: Params) -> dict[str, Any]:
                       {"out_dir": params.out_dir})
     start = time.perf_counter()
     torch.set_num_threads(params.num_threads)
-    teacher = load_checkpoint(Path(params.teacher_dir) / CHECKPOINT_NAME).eval()
-    pruned_dir, qat_dir = Path(params.pruned_dir), Path(params.qat_dir)
-    steps = sorted((p for p in pruned_dir.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
-    final = load_checkpoint(pruned_dir / CHECKPOINT_NAME).eval()
-    vocab_size = teacher.config.vocab_size
-    tokenizer = bpe.load(params.tokenizer_dir)
-    eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(params.tokenizer_dir))
-    pad_id = tokenizer.token_to_id("<|pad|>")
+    final = load_checkpoint(Path(params.pruned_dir) / CHECKPOINT_NAME).eval()
+    special_ids = tokenizer_ids(params.tokenizer_dir)
     metrics: dict[str, Any] = {}
     with atomic_dir(params.out_dir, stage=STAGE) as out:
-        onnx_dir, report_dir, scratch = out / "onnx", out / "onnx" / "report", out / "_scratch"
-        report_dir.mkdir(parents=True)
+        onnx_dir, scratch = out / "onnx", out / "_scratch"
+        (onnx_dir / "report").mkdir(parents=True)
         scratch.mkdir()
-        qat = load_quantized(qat_dir / "qat")
+        qat = load_quantized(Path(params.qat_dir) / "qat")
         fp32_path, int8_path = export_deliverables(final, qat, params, onnx_dir, scratch, metrics)
-        log.info("export: exporting the other %d models of the chain for the comparison", len(steps) + 1)
-
-        # -- every model of the chain, for the report --
-        rows: dict[str, dict[str, Any]] = {
-            "trained": {"path": export_fp32(teacher, report_dir / "trained.onnx"), "precision": "fp32",
-                        "num_params": teacher.num_params(), "config": teacher.config}}
-        for step in steps:
-            model = final if step == steps[-1] else load_checkpoint(step / CHECKPOINT_NAME).eval()
-            path = fp32_path if step == steps[-1] else export_fp32(model, report_dir / f"prune_{step.name}.onnx")
-            rows[f"prune_{step.name}"] = {"path": path, "precision": "fp32", "num_params": model.num_params(),
-                                          "config": model.config}
-        ptq = load_quantized(qat_dir / "ptq")
-        rows["ptq_int8"] = {"path": export_int8(ptq, report_dir / "ptq.int8.onnx", scratch), "precision": "int8",
-                            "num_params": ptq.model.num_params()}
-        rows["qat_int8"] = {"path": int8_path, "precision": "int8", "num_params": qat.model.num_params()}
-        if params.ort_dynamic_baseline:
-            dynamic = report_dir / "ort_dynamic.int8.onnx"
-            with quantizer_notes_silenced():
-                quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
-            rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
+        rows = chain_rows(final, qat, fp32_path, int8_path, params, onnx_dir / "report", scratch)
         score_files(rows, params, final.config.max_seq_len)
-        seq_len = min(params.latency_seq_len, final.config.max_seq_len)
-        metrics["latency_seq_len"] = seq_len
-        measure(rows, params, vocab_size, seq_len)
-
-        # -- Hugging Face folder with the model card --
-        hf_dir = out / "hf"
-        write_hf_folder(final, hf_dir, eos_id, pad_id)
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy2(Path(params.tokenizer_dir) / name, hf_dir / name)
+        seq_len = metrics["latency_seq_len"] = min(params.latency_seq_len, final.config.max_seq_len)
+        measure(rows, params, final.config.vocab_size, seq_len)
+        write_hf_model(final, out / "hf", params.tokenizer_dir, *special_ids)
         shutil.rmtree(scratch)
 
         table = [{"model": name, **{k: row[k] for k in TABLE_COLUMNS if k != "model"}} for name, row in rows.items()]
@@ -284,12 +253,54 @@ def run(params: Params) -> dict[str, Any]:
         log.info("export: generating the FP32 and INT8 samples")
         samples = generate_samples(fp32_path, int8_path, params)
         (out / "samples.json").write_text(json.dumps(samples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        write_card(hf_dir / "README.md", final, params, table, metrics, samples, seq_len)
+        write_card(out / "hf" / "README.md", final, params, table, metrics, samples, seq_len)
     metrics["seconds"] = round(time.perf_counter() - start, 3)
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     write_csv(params.plot_path, TABLE_COLUMNS, [[row[c] for c in TABLE_COLUMNS] for row in table])
     log.info("export: %s", {k: v for k, v in metrics.items() if k.startswith(("ratio.", "half_mlp."))})
     return metrics
+
+
+def tokenizer_ids(tokenizer_dir: str) -> tuple[int, int | None]:
+    """The tokenizer's end-of-text and padding ids (the Hugging Face config names them)."""
+    tokenizer = bpe.load(tokenizer_dir)
+    return bpe.special_token_id(tokenizer, bpe.eos_token_of(tokenizer_dir)), tokenizer.token_to_id("<|pad|>")
+
+
+def chain_rows(final: Transformer, qat: DeployLM, fp32_path: Path, int8_path: Path, params: Params,
+               report_dir: Path, scratch: Path) -> dict[str, dict[str, Any]]:
+    """Every model of the compression chain as an ONNX file, for the comparison: the trained model, each
+    prune step (the last is the delivered FP32 file), PTQ and QAT INT8, and onnxruntime's own dynamic INT8
+    of the final model when `ort_dynamic_baseline` is set. One row per model: path, precision, parameters."""
+    teacher = load_checkpoint(Path(params.teacher_dir) / CHECKPOINT_NAME).eval()
+    pruned_dir = Path(params.pruned_dir)
+    steps = sorted((p for p in pruned_dir.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+    log.info("export: exporting the other %d models of the chain for the comparison", len(steps) + 1)
+    rows: dict[str, dict[str, Any]] = {
+        "trained": {"path": export_fp32(teacher, report_dir / "trained.onnx"), "precision": "fp32",
+                    "num_params": teacher.num_params(), "config": teacher.config}}
+    for step in steps:
+        model = final if step == steps[-1] else load_checkpoint(step / CHECKPOINT_NAME).eval()
+        path = fp32_path if step == steps[-1] else export_fp32(model, report_dir / f"prune_{step.name}.onnx")
+        rows[f"prune_{step.name}"] = {"path": path, "precision": "fp32", "num_params": model.num_params(),
+                                      "config": model.config}
+    ptq = load_quantized(Path(params.qat_dir) / "ptq")
+    rows["ptq_int8"] = {"path": export_int8(ptq, report_dir / "ptq.int8.onnx", scratch), "precision": "int8",
+                        "num_params": ptq.model.num_params()}
+    rows["qat_int8"] = {"path": int8_path, "precision": "int8", "num_params": qat.model.num_params()}
+    if params.ort_dynamic_baseline:
+        dynamic = report_dir / "ort_dynamic.int8.onnx"
+        with quantizer_notes_silenced():
+            quantize_dynamic(str(fp32_path), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
+        rows["ort_dynamic_int8"] = {"path": dynamic, "precision": "int8", "num_params": final.num_params()}
+    return rows
+
+
+def write_hf_model(final: Transformer, hf_dir: Path, tokenizer_dir: str, eos_id: int, pad_id: int | None) -> None:
+    """The Hugging Face-style folder: config and safetensors weights of the final FP32 model, the tokenizer."""
+    write_hf_folder(final, hf_dir, eos_id, pad_id)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy2(Path(tokenizer_dir) / name, hf_dir / name)
 
 
 def export_deliverables(final: Transformer, qat: DeployLM, params: Params, onnx_dir: Path, scratch: Path,
@@ -345,7 +356,8 @@ def half_mlp_step(rows: dict[str, dict[str, Any]]) -> str | None:
     trained = rows["trained"]["config"]
     for name, row in rows.items():
         cfg = row.get("config")
-        if name.startswith("prune_") and 2 * cfg.hidden_dim == trained.hidden_dim and cfg.num_heads == trained.num_heads:
+        if (name.startswith("prune_") and 2 * cfg.hidden_dim == trained.hidden_dim
+                and cfg.num_heads == trained.num_heads):
             return name
     return None
 

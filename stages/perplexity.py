@@ -33,12 +33,13 @@ Every document lands in exactly one (split, tier) shard; checked before anything
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import logging
 import math
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,14 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from stages.common.lm import bpe, order_stats
-from stages.common.lm.doc_columns import DocColumns, id_hash
+from stages.common.lm.corpus import (
+    ScoredCorpus,
+    chunked,
+    reference_docs,
+    reference_subset,
+    tokenize_corpus,
+)
+from stages.common.lm.doc_columns import id_hash
 from stages.common.lm.model import (
     CHECKPOINT_NAME,
     PRESETS,
@@ -61,7 +69,6 @@ from stages.common.lm.model import (
     preset,
     save_checkpoint,
 )
-from stages.common.lm.order_stats import Chunks, sortable_keys
 from stages.common.lm.scoring import (
     CUTOFF_COLUMNS,
     HISTOGRAM_COLUMNS,
@@ -86,7 +93,7 @@ from stages.common.lm.token_shards import (
 from stages.common.runtime.atomic import atomic_dir, write_csv, write_json
 from stages.common.runtime.cli import stage_main
 from stages.common.runtime.device import PRECISIONS, resolve_device, resolve_precision, seed_everything
-from stages.common.runtime.digest import fingerprint, hash_unit
+from stages.common.runtime.digest import fingerprint
 from stages.common.runtime.executor import WorkDir, check_executor, map_shards
 from stages.common.runtime.metrics import select, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
@@ -98,7 +105,6 @@ from stages.common.training.trainer import DynamicClip, TrainConfig, in_process
 
 log = logging.getLogger("refinery.perplexity")
 STAGE = "perplexity"
-QUALITY_COLUMN = "quality_score"
 CARD_NOTES = (
     "`load_dataset` gives every document in its `train` split; the pipeline's own train/validation split is "
     "the `split` column (`docs.filter(lambda d: d[\"split\"] == \"val\")`). Also in this folder, not part "
@@ -183,130 +189,11 @@ class Params:
         check_executor(STAGE, self.executor, self.address)
 
 
-@dataclass
-class Corpus:
-    """Every document's tokens in one scratch shard, and its per-document state as columns on disk
-    (`DocColumns`, np.memmap files beside the shard), in input order: `id_hash` (that a second read of the
-    input gives the same documents), `lang` (an index into `langs`), `split` (index into SPLITS), `quality`
-    (with a quality_score column) or `ref_unit` (the seeded hash that samples the reference subset without
-    one); later `in_reference`, `nll_sum`, `num_scored`, `perplexity` and `tier`. Nothing here grows in memory
-    with the number of documents: a pass reads the columns a chunk at a time (`slices`)."""
-    columns: DocColumns
-    langs: list[str]  # the language of each code, in order of first appearance
-    has_quality: bool
-    tokens: TokenShard
-
-    @property
-    def num_docs(self) -> int:
-        return self.columns.num_docs
-
-    def doc(self, i: int) -> np.ndarray:
-        return self.tokens.doc(i)[:-1]  # without the end-of-document token
-
-    def doc_tokens(self, s: slice) -> np.ndarray:
-        """Tokens of documents `s` in the shards, end-of-document tokens included."""
-        return np.diff(self.tokens.doc_offsets[s.start:s.stop + 1])
-
-    def in_reference_langs(self, s: slice) -> np.ndarray:
-        """The language code of documents `s` in the reference subset, -1 for the others."""
-        return np.where(self.columns["in_reference"][s], self.columns["lang"][s], -1)
-
-    def scan(self, values: str, groups: Callable[[slice], np.ndarray] | None = None) -> Chunks:
-        """A pass over column `values` in chunks, with each document's group (default: its language code), as
-        `order_stats` and the streamed cutoffs read it."""
-        def chunks():
-            for s in self.columns.slices():
-                yield self.columns[values][s], (self.columns["lang"][s] if groups is None else groups(s))
-        return chunks
-
-
-def tokenize_corpus(params: Params, tokenizer: Tokenizer, eos_id: int, scratch: Path) -> Corpus:
-    files = sorted(Path(params.input_dir).glob("part-*.parquet"))
-    if not files:
-        raise ValueError(f"{params.input_dir}: no part-*.parquet files")
-    has_quality = QUALITY_COLUMN in pq.read_schema(files[0]).names
-    names = ["id", "text", "lang"] + ([QUALITY_COLUMN] if has_quality else [])
-    writer = TokenShardWriter(scratch / "all", tokenizer.get_vocab_size(), eos_id)
-    columns = DocColumns(scratch / "columns")
-    codes: dict[str, int] = {}
-    rows = iter_rows(params.input_dir, names, batch_size=params.read_batch_docs)
-    with tqdm(desc="tokenize", unit="doc", mininterval=2.0) as bar:
-        for batch in _chunks(rows, params.read_batch_docs):
-            for doc_ids in bpe.encode(tokenizer, [r["text"] for r in batch]):
-                writer.add(doc_ids)
-            ids = [r["id"] for r in batch]
-            if has_quality:
-                sample = {"quality": np.array([r[QUALITY_COLUMN] for r in batch], dtype=np.float64)}
-            else:
-                sample = {"ref_unit": np.array([hash_unit(f"ref:{i}", params.seed, "little") for i in ids],
-                                               dtype=np.float64)}
-            columns.append(id_hash=np.array([id_hash(i) for i in ids], dtype=np.uint64),
-                           lang=np.array([codes.setdefault(r["lang"], len(codes)) for r in batch], dtype=np.int32),
-                           split=np.array([is_validation(i, params.seed, params.val_fraction) for i in ids],
-                                          dtype=np.int8), **sample)
-            bar.update(len(batch))
-    writer.close()
-    columns.close()
-    if not columns.num_docs:
-        raise ValueError(f"{params.input_dir}: no documents")
-    return Corpus(columns, list(codes), has_quality, TokenShard(scratch / "all"))
-
-
-def _chunks(items, size: int):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def reference_subset(corpus: Corpus, fraction: float) -> np.ndarray:
-    """Column `in_reference`: per language, the top `fraction` by quality score (ties in input order), or,
-    without scores, documents whose seeded hash falls below `fraction`. The score of a language's last
-    document in is one order statistic (`order_stats.select`, exact, bounded memory); those above it are in,
-    and of those equal to it the first ones in input order."""
-    columns = corpus.columns
-    mask = columns.create("in_reference", np.bool_)
-    if not corpus.has_quality:
-        for s in columns.slices():
-            mask[s] = columns["ref_unit"][s] < fraction
-        return mask
-
-    def keys(s: slice) -> np.ndarray:  # in the order of the top first (descending score, NaN last)
-        return sortable_keys(-columns["quality"][s])
-
-    def negated():
-        return ((-quality, langs) for quality, langs in corpus.scan("quality")())
-
-    num_langs = len(corpus.langs)
-    counts = {code: n for code, (n, _) in order_stats.group_counts(negated, range(num_langs)).items()}
-    take = [max(1, round(fraction * counts[code])) for code in range(num_langs)]
-    last = order_stats.select(negated, {code: [take[code] - 1] for code in range(num_langs)}, counts)
-    last_key = sortable_keys(np.array([last[code, take[code] - 1] for code in range(num_langs)]))
-    remaining = np.array(take, dtype=np.int64)  # then: how many to take of those at the last key
-    for s in columns.slices():
-        langs = columns["lang"][s]
-        remaining -= np.bincount(langs[keys(s) < last_key[langs]], minlength=num_langs)
-    for s in columns.slices():
-        k, langs = keys(s), columns["lang"][s]
-        chosen = k < last_key[langs]
-        at_last = np.flatnonzero(k == last_key[langs])
-        for code in np.unique(langs[at_last]):
-            taken = at_last[langs[at_last] == code][:remaining[code]]
-            chosen[taken] = True
-            remaining[code] -= len(taken)
-        mask[s] = chosen
-    return mask
-
-
 def external_reference(params: Params, tokenizer: Tokenizer, validation: bool) -> Iterator[np.ndarray]:
     """Token ids of the user's reference corpus (`reference.input_dir`): its training documents, or with
     `validation` its validation ones (split by id like the input); read and encoded a batch at a time."""
     rows = iter_rows(params.reference.input_dir, ["id", "text"], batch_size=params.read_batch_docs)
-    for batch in _chunks(rows, params.read_batch_docs):
+    for batch in chunked(rows, params.read_batch_docs):
         yield from bpe.encode(tokenizer, [r["text"] for r in batch
                                           if is_validation(r["id"], params.seed, params.val_fraction) == validation])
 
@@ -321,7 +208,7 @@ def reference_steps(ref: ReferenceParams, num_tokens: int, seq_len: int) -> tupl
     return steps, dataclasses.replace(ref.optim, warmup_steps=warmup)
 
 
-def split_sizes(corpus: Corpus, tiered: bool) -> tuple[np.ndarray, np.ndarray]:
+def split_sizes(corpus: ScoredCorpus, tiered: bool) -> tuple[np.ndarray, np.ndarray]:
     """(documents, tokens) of each (split, tier), shape (len(SPLITS), len(TIERS)), end-of-document tokens
     included as in the shards; without `tiered` (before the tiers are known) all in the first tier."""
     docs = np.zeros((len(SPLITS), len(TIERS)), dtype=np.int64)
@@ -449,7 +336,7 @@ def _score_shard(docs: list[np.ndarray], folder: Path) -> dict[str, Any]:
     return {"num_docs": len(docs)}
 
 
-def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int, precision: str,
+def score_corpus(params: Params, model: Transformer, corpus: ScoredCorpus, eos_id: int, precision: str,
                  device: torch.device) -> dict[str, int]:
     """Columns `nll_sum` (summed NLL), `num_scored` (scored tokens) and `perplexity` of every document; returns
     shard counts. Shards of `read_batch_docs` documents; the local executor scores them in this process with
@@ -483,7 +370,7 @@ def score_corpus(params: Params, model: Transformer, corpus: Corpus, eos_id: int
     return counts
 
 
-def write_outputs(params: Params, corpus: Corpus, vocab_size: int, eos_id: int,
+def write_outputs(params: Params, corpus: ScoredCorpus, vocab_size: int, eos_id: int,
                   out: Path) -> dict[tuple[str, str], TokenShardWriter]:
     files = sorted(Path(params.input_dir).glob("part-*.parquet"))
     schema = pq.read_schema(files[0])
@@ -498,7 +385,7 @@ def write_outputs(params: Params, corpus: Corpus, vocab_size: int, eos_id: int,
     columns, num_docs, start = corpus.columns, corpus.num_docs, 0
     rows = iter_rows(params.input_dir, batch_size=params.read_batch_docs)
     with tqdm(total=num_docs, desc="write", unit="doc", mininterval=2.0) as bar:
-        for batch in _chunks(rows, params.read_batch_docs):
+        for batch in chunked(rows, params.read_batch_docs):
             s = slice(start, min(num_docs, start + len(batch)))
             hashes, splits, tiers = (columns[name][s].tolist() for name in ("id_hash", "split", "tier"))
             perplexity = columns["perplexity"][s].tolist()
@@ -537,7 +424,8 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
     tokens = sum(chars / LOW_CHARS_PER_TOKEN.get(lang, LOW_CHARS_PER_TOKEN_DEFAULT)
                  for lang, chars in projected["chars"].items())
     num_docs = sum(projected["docs"].values())
-    per_tier = {"train": tokens * (1 - params.val_fraction) / len(TIERS), "val": tokens * params.val_fraction / len(TIERS)}
+    per_tier = {"train": tokens * (1 - params.val_fraction) / len(TIERS),
+                "val": tokens * params.val_fraction / len(TIERS)}
     context["perplexity"] = {"tokens_per_tier": per_tier, "num_docs": num_docs}
     findings = [("note", f"about {num_docs:,.0f} documents and at most {tokens:,.0f} tokens would reach it (before the "
                          f"semantic filter): per tier about {per_tier['train']:,.0f} training and "
@@ -558,11 +446,7 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
 
 def run(params: Params) -> dict[str, Any]:
     """Score and tier `params.input_dir`; return the metrics (also written to `metrics_path`)."""
-    cutoffs_file = "" if params.cutoffs_from in ("all", "reference") else params.cutoffs_from
-    check_owned_paths(STAGE, {"input_dir": params.input_dir, "tokenizer_dir": params.tokenizer_dir,
-                              "reference.checkpoint": params.reference.checkpoint,
-                              "reference.input_dir": params.reference.input_dir, "cutoffs_from": cutoffs_file},
-                      {"out_dir": params.out_dir, "model_dir": params.model_dir}, {"work_dir": params.work_dir})
+    check_paths(params)
     start = time.perf_counter()
     if params.num_threads:
         torch.set_num_threads(params.num_threads)
@@ -570,41 +454,26 @@ def run(params: Params) -> dict[str, Any]:
     precision = resolve_precision(params.precision, device)
     tokenizer = bpe.load(params.tokenizer_dir)
     eos_id = bpe.special_token_id(tokenizer, bpe.eos_token_of(params.tokenizer_dir))
-    vocab_size = tokenizer.get_vocab_size()
     seconds: dict[str, float] = {}
     with atomic_dir(params.out_dir, stage=STAGE) as out, atomic_dir(params.model_dir, stage=STAGE) as model_out:
         scratch = out / "_scratch"
-        t0 = time.perf_counter()
-        corpus = tokenize_corpus(params, tokenizer, eos_id, scratch)
-        num_docs = corpus.num_docs
-        check_split_tokens(params, *split_sizes(corpus, tiered=False), tiered=False)
-        if params.reference.input_dir:  # the input's documents are all unseen by the reference LM
-            corpus.columns.create("in_reference", np.bool_)
-        else:
-            reference_subset(corpus, params.reference.subset_fraction)
-        seconds["tokenize"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        model, reference_metrics = reference_model(params, corpus, tokenizer, eos_id, precision, device, scratch)
-        save_checkpoint(model, model_out / CHECKPOINT_NAME)
-        seconds["reference"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        shard_counts = score_corpus(params, model, corpus, eos_id, precision, device)
-        seconds["score"] = time.perf_counter() - t0
-
+        with timed(seconds, "tokenize"):
+            corpus = read_corpus(params, tokenizer, eos_id, scratch)
+        with timed(seconds, "reference"):
+            model, reference_metrics = reference_model(params, corpus, tokenizer, eos_id, precision, device, scratch)
+            save_checkpoint(model, model_out / CHECKPOINT_NAME)
+        with timed(seconds, "score"):
+            shard_counts = score_corpus(params, model, corpus, eos_id, precision, device)
         cutoffs = tier_corpus(params, corpus)
         check_split_tokens(params, *split_sizes(corpus, tiered=True), tiered=True)
-
-        t0 = time.perf_counter()
-        shards = write_outputs(params, corpus, vocab_size, eos_id, out)
-        metrics = summarize(corpus, cutoffs, shards, reference_metrics, seconds["score"])
-        plot_rows = streamed_histogram_rows(corpus.scan("perplexity"), corpus.langs, cutoffs)
-        shutil.rmtree(scratch)
-        write_csv(out / "cutoffs.csv", CUTOFF_COLUMNS, cutoff_rows(cutoffs))
-        write_manifest(out / "tokens" / "manifest.json", shards, vocab_size, eos_id)
-        write_dataset_card(out, STAGE, sys.modules[__name__], params, CARD_NOTES)
-        seconds["write"] = time.perf_counter() - t0
+        with timed(seconds, "write"):
+            shards = write_outputs(params, corpus, tokenizer.get_vocab_size(), eos_id, out)
+            metrics = summarize(corpus, cutoffs, shards, reference_metrics, seconds["score"])
+            plot_rows = streamed_histogram_rows(corpus.scan("perplexity"), corpus.langs, cutoffs)
+            shutil.rmtree(scratch)
+            write_csv(out / "cutoffs.csv", CUTOFF_COLUMNS, cutoff_rows(cutoffs))
+            write_manifest(out / "tokens" / "manifest.json", shards, tokenizer.get_vocab_size(), eos_id)
+            write_dataset_card(out, STAGE, sys.modules[__name__], params, CARD_NOTES)
     shutil.rmtree(Path(params.work_dir).resolve(), ignore_errors=True)  # scores are only dropped once published
 
     metrics.update({f"seconds.{k}": round(v, 3) for k, v in seconds.items()})
@@ -612,13 +481,43 @@ def run(params: Params) -> dict[str, Any]:
     metrics.update({f"score.{k}": v for k, v in shard_counts.items()})
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     write_csv(params.plot_path, HISTOGRAM_COLUMNS, plot_rows)
-    log.info("perplexity: %d docs, %d tokens; reference val ppl %.2f; hard/easy %s; %.1fs", num_docs,
+    log.info("perplexity: %d docs, %d tokens; reference val ppl %.2f; hard/easy %s; %.1fs", corpus.num_docs,
              metrics["num_tokens"], metrics.get("reference.val_perplexity", float("nan")),
              {k.split(".")[1]: v for k, v in metrics.items() if k.startswith("hard_easy_ratio.")}, metrics["seconds"])
     return metrics
 
 
-def reference_model(params: Params, corpus: Corpus, tokenizer: Tokenizer, eos_id: int, precision: str,
+def check_paths(params: Params) -> None:
+    """Inputs exist and the outputs are this stage's to replace (ConfigError otherwise), before any work."""
+    cutoffs_file = "" if params.cutoffs_from in ("all", "reference") else params.cutoffs_from
+    check_owned_paths(STAGE, {"input_dir": params.input_dir, "tokenizer_dir": params.tokenizer_dir,
+                              "reference.checkpoint": params.reference.checkpoint,
+                              "reference.input_dir": params.reference.input_dir, "cutoffs_from": cutoffs_file},
+                      {"out_dir": params.out_dir, "model_dir": params.model_dir}, {"work_dir": params.work_dir})
+
+
+@contextlib.contextmanager
+def timed(seconds: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the wall time of the block to `seconds[phase]` (the metrics' `seconds.<phase>`)."""
+    t0 = time.perf_counter()
+    yield
+    seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - t0
+
+
+def read_corpus(params: Params, tokenizer: Tokenizer, eos_id: int, scratch: Path) -> ScoredCorpus:
+    """The input tokenized into the scratch folder, its splits checked to hold enough tokens, and the
+    reference subset marked (none when the reference LM trains on `reference.input_dir`)."""
+    corpus = tokenize_corpus(params.input_dir, tokenizer, eos_id, scratch, seed=params.seed,
+                             val_fraction=params.val_fraction, batch_docs=params.read_batch_docs)
+    check_split_tokens(params, *split_sizes(corpus, tiered=False), tiered=False)
+    if params.reference.input_dir:  # the input's documents are all unseen by the reference LM
+        corpus.columns.create("in_reference", np.bool_)
+    else:
+        reference_subset(corpus, params.reference.subset_fraction)
+    return corpus
+
+
+def reference_model(params: Params, corpus: ScoredCorpus, tokenizer: Tokenizer, eos_id: int, precision: str,
                     device: torch.device, scratch: Path) -> tuple[Transformer, dict[str, Any]]:
     """The reference LM and its metrics: the checkpoint `reference.checkpoint` names, or one trained on
     `reference.input_dir` (scored on its own validation documents), or on the corpus's reference subset."""
@@ -637,7 +536,7 @@ def reference_model(params: Params, corpus: Corpus, tokenizer: Tokenizer, eos_id
     return train_reference(params, reference_docs(corpus), vocab_size, eos_id, precision, device, scratch)
 
 
-def tier_corpus(params: Params, corpus: Corpus) -> dict[str, Cutoffs]:
+def tier_corpus(params: Params, corpus: ScoredCorpus) -> dict[str, Cutoffs]:
     """The per-language cutoffs (`cutoffs_from`: over every document, over the reference subset, or from a
     cutoffs.csv) and each document's tier by them, in the corpus's `tier` column; returns the cutoffs."""
     if params.cutoffs_from == "all":
@@ -665,20 +564,12 @@ def write_manifest(path: Path, shards: dict, vocab_size: int, eos_id: int) -> No
     })
 
 
-def reference_docs(corpus: Corpus) -> Iterator[np.ndarray]:
-    """The reference subset's training-split documents, in input order, read from the token shard."""
-    for s in corpus.columns.slices():
-        chosen = corpus.columns["in_reference"][s] & (corpus.columns["split"][s] == 0)
-        for i in np.flatnonzero(chosen):
-            yield corpus.doc(s.start + int(i))
-
-
 def external_validation(params: Params, model: Transformer, tokenizer: Tokenizer, eos_id: int, precision: str,
                         device: torch.device) -> dict[str, Any]:
     """The reference LM's validation documents and perplexity on the validation split of `reference.input_dir`,
     scored `read_batch_docs` documents at a time."""
     num_docs, nll_total, scored_total = 0, 0.0, 0
-    for docs in _chunks(external_reference(params, tokenizer, True), params.read_batch_docs):
+    for docs in chunked(external_reference(params, tokenizer, True), params.read_batch_docs):
         nll, num_scored = score_documents(model, docs, eos_id, params.max_score_tokens, params.score_batch_tokens,
                                           precision, device)
         num_docs, nll_total, scored_total = num_docs + len(docs), nll_total + nll.sum(), scored_total + num_scored.sum()
@@ -688,7 +579,7 @@ def external_validation(params: Params, model: Transformer, tokenizer: Tokenizer
     return out
 
 
-def summarize(corpus: Corpus, cutoffs: dict, shards: dict, reference_metrics: dict[str, Any],
+def summarize(corpus: ScoredCorpus, cutoffs: dict, shards: dict, reference_metrics: dict[str, Any],
               score_seconds: float) -> dict[str, Any]:
     """The figures of the scored and tiered documents (all but the timings), from passes over the columns:
     counts and sums per chunk, medians by `order_stats` (exact)."""

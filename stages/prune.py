@@ -6,9 +6,9 @@ For each step of the schedule (fractions of the ORIGINAL MLP width and head coun
    applies the same choice;
 2. keep the top units of each layer (the same count in every layer) -> a physically smaller model;
 3. fine-tune it with distillation from the trained teacher (KL on softened logits plus the LM loss) in
-   the train stage's loop: `stages.common.compress.distill.finetune` runs `stages.common.training.trainer.Trainer` with a
-   distillation loss, data-parallel over torchrun's processes, checkpointed under
-   `<checkpoint_dir>/step_<i>/` so a killed run resumes where it stopped;
+   the train stage's loop: `stages.common.compress.distill.finetune` runs
+   `stages.common.training.trainer.Trainer` with a distillation loss, data-parallel over torchrun's
+   processes, checkpointed under `<checkpoint_dir>/step_<i>/` so a killed run resumes where it stopped;
 4. measure validation perplexity per tier before and after the fine-tune, and save the step.
 
 `python -m stages.prune` (the dvc.yaml command) launches `torchrun` with `nproc_per_node` workers, as
@@ -27,6 +27,7 @@ import contextlib
 import copy
 import json
 import logging
+import math
 import shutil
 import sys
 import time
@@ -34,25 +35,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from stages.common.compress.distill import (
     DistillParams,
     even_sampler,
     finetune,
     frozen_teacher,
+    kl_span,
     trainable,
     val_perplexity,
 )
 from stages.common.compress.pruning import METHODS, Keep, importance, prune, select, units_to_keep
 from stages.common.lm.model import CHECKPOINT_NAME, Transformer, read_config, save_checkpoint
-from stages.common.lm.token_shards import (
-    TIERS,
-    check_tier_tokens,
-    read_manifest,
-)
+from stages.common.lm.token_shards import TIERS, TierSampler, check_tier_tokens, read_manifest
 from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
@@ -61,7 +59,7 @@ from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
-from stages.common.training.parallel import barrier, distributed
+from stages.common.training.parallel import DistEnv, barrier, distributed
 
 log = logging.getLogger("refinery.prune")
 STAGE = "prune"
@@ -139,85 +137,117 @@ def check_inputs(params: Params) -> None:
     check_tier_tokens(params.tokens_dir, params.distill.shard_needs(STAGE, params.nproc_per_node, max_seq_len))
 
 
+@dataclass
+class Context:
+    """What every prune step reads: the params, the process group, the frozen teacher and the run's identity."""
+    params: Params
+    env: DistEnv
+    teacher: Transformer
+    precision: str
+    run_id: str
+    teacher_ppl: float = math.nan  # the teacher's validation perplexity on all tiers (rank 0)
+
+    @property
+    def seq_len(self) -> int:
+        return self.params.distill.seq_len or self.teacher.config.max_seq_len
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return val_perplexity(model, self.params.tokens_dir, self.teacher.config.max_seq_len,
+                              self.params.distill.batch_size, self.params.val_batches, self.env)
+
+
 def run(params: Params) -> dict[str, Any] | None:
     """Prune on this process (one of torchrun's workers, or alone). Returns the metrics on rank 0."""
     check_inputs(params)
     start = time.perf_counter()
     with distributed(params.device, params.num_threads) as env:
-        device = env.device
-        precision = resolve_precision(params.precision, device)
         seed_everything(params.seed)
         teacher_file = Path(params.teacher_dir) / CHECKPOINT_NAME
-        teacher = frozen_teacher(teacher_file, device)
-        cfg = teacher.config
-        seq_len = params.distill.seq_len or cfg.max_seq_len
-        distill_p = params.distill
-        run_id = fingerprint(params, teacher_file)
-        root = Path(params.checkpoint_dir)
-        if env.is_main:  # steps beyond the schedule belong to an older configuration
-            steps = {f"step_{i}" for i in range(1, len(params.mlp_schedule) + 1)}
-            for stale in (d for d in (root.iterdir() if root.is_dir() else ()) if d.is_dir() and d.name not in steps):
-                shutil.rmtree(stale)
-
-        def evaluate(model: Transformer) -> dict[str, float]:
-            return val_perplexity(model, params.tokens_dir, cfg.max_seq_len, distill_p.batch_size,
-                                  params.val_batches, env)
-
-        metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
-                                   "teacher.num_heads": cfg.num_heads, "method": params.method, "precision": precision,
-                                   "num_processes": env.world_size}
+        teacher = frozen_teacher(teacher_file, env.device)
+        ctx = Context(params, env, teacher, resolve_precision(params.precision, env.device),
+                      fingerprint(params, teacher_file))
         if env.is_main:
-            metrics.update({f"teacher.{val_ppl(tier)}": ppl for tier, ppl in evaluate(teacher).items()})
-        calibration = even_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
-
+            drop_other_steps(Path(params.checkpoint_dir), len(params.mlp_schedule))
+        metrics = teacher_metrics(ctx)
+        ctx.teacher_ppl = metrics.get(f"teacher.{val_ppl('all')}", math.nan)
+        calibration = even_sampler(params.tokens_dir, teacher.config.max_seq_len, params.distill.batch_size, 1,
+                                   params.seed + 1)
         student = trainable(copy.deepcopy(teacher))
         with atomic_dir(params.out_dir, stage=STAGE) if env.is_main else contextlib.nullcontext() as out:
-            for i, (mlp_frac, head_frac) in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
-                t0 = time.perf_counter()
-                windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(device)
-                           for b in (calibration.batch(j) for j in range(params.calibration_batches))]
-                scores = importance(student, params.method, windows)
-                num_mlp = units_to_keep(cfg.hidden_dim, mlp_frac, params.channel_multiple)
-                num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
-                student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(device)
-                before = evaluate(student) if env.is_main else {}
-                sampler = even_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps,
-                                       params.seed + 100 * i)
-                history, resumed = finetune(student, teacher, sampler, distill_p, env, precision, root / f"step_{i}",
-                                            f"{run_id}-step{i}", params.checkpoint, student.flops_per_token(seq_len),
-                                            desc=f"prune step {i}", progress_bar=params.progress_bar)
-                barrier()
-                if not env.is_main:
-                    continue
-                after = evaluate(student)
-                save_checkpoint(student, out / f"step_{i}" / CHECKPOINT_NAME)
-                prefix = f"step_{i}."
-                metrics.update({
-                    prefix + "mlp_fraction_pruned": mlp_frac, prefix + "head_fraction_pruned": head_frac,
-                    prefix + "ffn_dim": student.config.hidden_dim, prefix + "num_heads": student.config.num_heads,
-                    prefix + "num_kv_heads": student.config.kv_heads, prefix + "num_params": student.num_params(),
-                    prefix + "param_ratio": round(student.num_params() / teacher.num_params(), 4),
-                    **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
-                    **{f"{prefix}{val_ppl(t)}": v for t, v in after.items()},
-                    prefix + "val_ppl_ratio": round(after["all"] / metrics[f"teacher.{val_ppl('all')}"], 4),
-                    prefix + "kl_first": round(float(np.mean([h["kl"] for h in history[:5]])), 4) if history else 0.0,
-                    prefix + "kl_last": round(float(np.mean([h["kl"] for h in history[-5:]])), 4) if history else 0.0,
-                    prefix + "resumed_from_step": resumed if resumed is not None else -1,
-                    prefix + "seconds": round(time.perf_counter() - t0, 3),
-                })
-                log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
-                         student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6,
-                         before["all"], after["all"], metrics[f"teacher.{val_ppl('all')}"])
+            for i, fractions in enumerate(zip(params.mlp_schedule, params.head_schedule), start=1):
+                student, step = prune_step(ctx, student, calibration, i, *fractions)
+                if env.is_main:
+                    save_checkpoint(student, out / f"step_{i}" / CHECKPOINT_NAME)
+                    metrics.update(step)
             if env.is_main:
                 save_checkpoint(student, out / CHECKPOINT_NAME)
-        result = None
-        if env.is_main:
-            metrics["num_steps"] = len(params.mlp_schedule)
-            metrics["tiers"] = ",".join(TIERS)
-            metrics["seconds"] = round(time.perf_counter() - start, 3)
-            write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-            result = metrics
-    return result
+        if not env.is_main:
+            return None
+        metrics.update({"num_steps": len(params.mlp_schedule), "tiers": ",".join(TIERS),
+                        "seconds": round(time.perf_counter() - start, 3)})
+        write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
+        return metrics
+
+
+def drop_other_steps(root: Path, num_steps: int) -> None:
+    """Remove checkpoint folders of steps beyond the schedule: they belong to an older configuration."""
+    steps = {f"step_{i}" for i in range(1, num_steps + 1)}
+    for stale in (d for d in (root.iterdir() if root.is_dir() else ()) if d.is_dir() and d.name not in steps):
+        shutil.rmtree(stale)
+
+
+def teacher_metrics(ctx: Context) -> dict[str, Any]:
+    """The run's settings and the teacher's size and shape; its validation perplexity per tier on rank 0."""
+    teacher, cfg = ctx.teacher, ctx.teacher.config
+    metrics: dict[str, Any] = {"teacher.num_params": teacher.num_params(), "teacher.ffn_dim": cfg.hidden_dim,
+                               "teacher.num_heads": cfg.num_heads, "method": ctx.params.method,
+                               "precision": ctx.precision, "num_processes": ctx.env.world_size}
+    if ctx.env.is_main:
+        metrics.update({f"teacher.{val_ppl(tier)}": ppl for tier, ppl in ctx.evaluate(teacher).items()})
+    return metrics
+
+
+def prune_step(ctx: Context, student: nn.Module, calibration: TierSampler, i: int, mlp_frac: float,
+               head_frac: float) -> tuple[nn.Module, dict[str, Any]]:
+    """Step i: score the student's units, keep the top ones, recover by distillation. Returns the smaller
+    student and, on rank 0, the step's figures (`step_<i>.*`)."""
+    params, env, cfg = ctx.params, ctx.env, ctx.teacher.config
+    t0 = time.perf_counter()
+    windows = [torch.cat((b.inputs, b.targets[:, -1:]), dim=1).to(env.device)
+               for b in (calibration.batch(j) for j in range(params.calibration_batches))]
+    scores = importance(student, params.method, windows)
+    num_mlp = units_to_keep(cfg.hidden_dim, mlp_frac, params.channel_multiple)
+    num_groups = max(1, round(cfg.kv_heads * (1 - head_frac)))
+    student = prune(student, _broadcast_keep(select(scores, num_mlp, num_groups))).to(env.device)
+    before = ctx.evaluate(student) if env.is_main else {}
+    sampler = even_sampler(params.tokens_dir, ctx.seq_len, params.distill.batch_size, params.distill.steps,
+                           params.seed + 100 * i)
+    history, resumed = finetune(student, ctx.teacher, sampler, params.distill, env, ctx.precision,
+                                Path(params.checkpoint_dir) / f"step_{i}", f"{ctx.run_id}-step{i}", params.checkpoint,
+                                student.flops_per_token(ctx.seq_len), desc=f"prune step {i}",
+                                progress_bar=params.progress_bar)
+    barrier()
+    if not env.is_main:
+        return student, {}
+    after = ctx.evaluate(student)
+    kl_first, kl_last = kl_span(history) or (0.0, 0.0)
+    prefix = f"step_{i}."
+    step = {
+        prefix + "mlp_fraction_pruned": mlp_frac, prefix + "head_fraction_pruned": head_frac,
+        prefix + "ffn_dim": student.config.hidden_dim, prefix + "num_heads": student.config.num_heads,
+        prefix + "num_kv_heads": student.config.kv_heads, prefix + "num_params": student.num_params(),
+        prefix + "param_ratio": round(student.num_params() / ctx.teacher.num_params(), 4),
+        **{f"{prefix}val_ppl_pruned.{t}": v for t, v in before.items()},
+        **{f"{prefix}{val_ppl(t)}": v for t, v in after.items()},
+        prefix + "val_ppl_ratio": round(after["all"] / ctx.teacher_ppl, 4),
+        prefix + "kl_first": kl_first, prefix + "kl_last": kl_last,
+        prefix + "resumed_from_step": resumed if resumed is not None else -1,
+        prefix + "seconds": round(time.perf_counter() - t0, 3),
+    }
+    log.info("prune step %d: ffn %d, heads %d, %.2fM params; val ppl %.2f -> %.2f (teacher %.2f)", i,
+             student.config.hidden_dim, student.config.num_heads, student.num_params() / 1e6, before["all"],
+             after["all"], ctx.teacher_ppl)
+    return student, step
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -30,11 +30,11 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from stages.common.compress.deployable import DeployLM
@@ -44,16 +44,13 @@ from stages.common.compress.distill import (
     even_sampler,
     finetune,
     frozen_teacher,
+    kl_span,
     trainable,
     val_perplexity,
 )
 from stages.common.compress.quant import QUANT_NAME, QuantScheme, freeze, save_quant_state, set_mode
 from stages.common.lm.model import CHECKPOINT_NAME, read_config, save_checkpoint
-from stages.common.lm.token_shards import (
-    TIERS,
-    check_tier_tokens,
-    read_manifest,
-)
+from stages.common.lm.token_shards import TIERS, check_tier_tokens, read_manifest
 from stages.common.runtime import digest
 from stages.common.runtime.atomic import atomic_dir
 from stages.common.runtime.cli import stage_main
@@ -62,7 +59,7 @@ from stages.common.runtime.metrics import val_ppl, write_metrics
 from stages.common.runtime.ownership import check_owned_paths
 from stages.common.runtime.params import param, validate
 from stages.common.training.checkpoint import CheckpointParams
-from stages.common.training.parallel import barrier, distributed
+from stages.common.training.parallel import DistEnv, barrier, distributed
 
 log = logging.getLogger("refinery.qat")
 STAGE = "qat"
@@ -143,55 +140,75 @@ def run(params: Params) -> dict[str, Any] | None:
         seed_everything(params.seed)
         model_file = Path(params.model_dir) / CHECKPOINT_NAME
         fp32 = frozen_teacher(model_file)
-        cfg, distill_p = fp32.config, params.distill
-        seq_len = distill_p.seq_len or cfg.max_seq_len
-
-        def perplexity(model: torch.nn.Module) -> dict[str, float]:
-            return val_perplexity(model, params.tokens_dir, cfg.max_seq_len, distill_p.batch_size,
-                                  params.val_batches, env)
-
         metrics: dict[str, Any] = {"num_params": fp32.num_params(), "num_processes": env.world_size}
+        evaluate = evaluator(params, fp32.config.max_seq_len, env)
         if env.is_main:
-            metrics.update({f"fp32.{val_ppl(k)}": v for k, v in perplexity(fp32).items()})
-        calibration = even_sampler(params.tokens_dir, cfg.max_seq_len, distill_p.batch_size, 1, params.seed + 1)
-        batches = [calibration.batch(i).inputs for i in range(params.calibration_batches)]
+            metrics.update({f"fp32.{val_ppl(k)}": v for k, v in evaluate(fp32).items()})
 
         t0 = time.perf_counter()
-        ptq = DeployLM(copy.deepcopy(fp32), params.scheme)
-        calibrate(ptq, batches)  # every rank: the same batches give the same ranges (DDP also syncs rank 0's)
+        ptq = post_training(fp32, params)  # every rank: the same batches give the same ranges
         metrics["ptq.seconds"] = round(time.perf_counter() - t0, 3)
         if env.is_main:
-            metrics.update({f"ptq.{val_ppl(k)}": v for k, v in perplexity(ptq).items()})
+            metrics.update({f"ptq.{val_ppl(k)}": v for k, v in evaluate(ptq).items()})
 
         t0 = time.perf_counter()
-        qat = trainable(copy.deepcopy(ptq))
-        train = even_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
-        # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
-        history, resumed = finetune(qat, fp32, train, distill_p, env, "fp32", Path(params.checkpoint_dir),
-                                    fingerprint(params, model_file), params.checkpoint, fp32.flops_per_token(seq_len),
-                                    desc="qat", progress_bar=params.progress_bar)
+        qat, history, resumed = quantization_aware(ptq, fp32, params, env, fingerprint(params, model_file))
         barrier()
-        result = None
-        if env.is_main:
-            metrics["qat.seconds"] = round(time.perf_counter() - t0, 3)
-            metrics["qat.resumed_from_step"] = resumed if resumed is not None else -1
-            metrics.update({f"qat.{val_ppl(k)}": v for k, v in perplexity(qat).items()})
-            if history:
-                metrics["qat.kl_first"] = round(float(np.mean([h["kl"] for h in history[:5]])), 4)
-                metrics["qat.kl_last"] = round(float(np.mean([h["kl"] for h in history[-5:]])), 4)
-            for name in ("ptq", "qat"):
-                ratio = metrics[f"{name}.{val_ppl('all')}"] / metrics[f"fp32.{val_ppl('all')}"]
-                metrics[f"{name}.val_ppl_ratio"] = round(ratio, 4)
-            with atomic_dir(params.out_dir, stage=STAGE) as out:
-                for name, model in (("ptq", ptq), ("qat", qat)):
-                    save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
-                    save_quant_state(model, params.scheme, out / name / QUANT_NAME)
-            metrics["seconds"] = round(time.perf_counter() - start, 3)
-            write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-            log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f",
-                     *(metrics[f"{name}.{val_ppl('all')}"] for name in ("fp32", "ptq", "qat")))
-            result = metrics
-    return result
+        if not env.is_main:
+            return None
+        metrics.update({"qat.seconds": round(time.perf_counter() - t0, 3),
+                        "qat.resumed_from_step": resumed if resumed is not None else -1,
+                        **{f"qat.{val_ppl(k)}": v for k, v in evaluate(qat).items()}})
+        if span := kl_span(history):
+            metrics["qat.kl_first"], metrics["qat.kl_last"] = span
+        for name in ("ptq", "qat"):
+            ratio = metrics[f"{name}.{val_ppl('all')}"] / metrics[f"fp32.{val_ppl('all')}"]
+            metrics[f"{name}.val_ppl_ratio"] = round(ratio, 4)
+        save_models(params, {"ptq": ptq, "qat": qat})
+        metrics["seconds"] = round(time.perf_counter() - start, 3)
+        write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
+        log.info("qat: val ppl fp32 %.3f, ptq %.3f, qat %.3f",
+                 *(metrics[f"{name}.{val_ppl('all')}"] for name in ("fp32", "ptq", "qat")))
+        return metrics
+
+
+def evaluator(params: Params, max_seq_len: int, env: DistEnv) -> Callable[[torch.nn.Module], dict[str, float]]:
+    """Validation perplexity per tier of a model, on rank 0 with every local rank's cores."""
+    return lambda model: val_perplexity(model, params.tokens_dir, max_seq_len, params.distill.batch_size,
+                                        params.val_batches, env)
+
+
+def post_training(fp32: torch.nn.Module, params: Params) -> DeployLM:
+    """The PTQ model: `fp32` wrapped in the scheme's quantizers, observers calibrated on training windows
+    and frozen (the same batches on every rank give the same ranges; DDP also syncs rank 0's)."""
+    calibration = even_sampler(params.tokens_dir, fp32.config.max_seq_len, params.distill.batch_size, 1,
+                               params.seed + 1)
+    ptq = DeployLM(copy.deepcopy(fp32), params.scheme)
+    calibrate(ptq, [calibration.batch(i).inputs for i in range(params.calibration_batches)])
+    return ptq
+
+
+def quantization_aware(ptq: DeployLM, fp32: torch.nn.Module, params: Params, env: DistEnv,
+                       run_id: str) -> tuple[DeployLM, list[dict[str, Any]], int | None]:
+    """QAT: a copy of the PTQ model fine-tuned through its fake quantizers, distilled from `fp32`. Returns
+    the model, the trainer's rows and the step it resumed from (collective under torchrun)."""
+    distill_p = params.distill
+    seq_len = distill_p.seq_len or fp32.config.max_seq_len
+    qat = trainable(copy.deepcopy(ptq))
+    train = even_sampler(params.tokens_dir, seq_len, distill_p.batch_size, distill_p.steps, params.seed + 2)
+    # fp32: fake quantization is defined on fp32 tensors, and bf16 would blur the rounding QAT learns
+    history, resumed = finetune(qat, fp32, train, distill_p, env, "fp32", Path(params.checkpoint_dir), run_id,
+                                params.checkpoint, fp32.flops_per_token(seq_len), desc="qat",
+                                progress_bar=params.progress_bar)
+    return qat, history, resumed
+
+
+def save_models(params: Params, models: dict[str, DeployLM]) -> None:
+    """Each model as a normal checkpoint plus its frozen quantizer state, under `out_dir/<name>/`."""
+    with atomic_dir(params.out_dir, stage=STAGE) as out:
+        for name, model in models.items():
+            save_checkpoint(model.model, out / name / CHECKPOINT_NAME)
+            save_quant_state(model, params.scheme, out / name / QUANT_NAME)
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:

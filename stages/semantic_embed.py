@@ -159,53 +159,70 @@ def run(params: Params) -> dict[str, Any]:
     encoder = Encoder(params.encoder, params.max_length, params.batch_size, resolve_workers(params.num_threads),
                       params.backend, params.quantize, params.onnx_cache_dir or None)
     load_seconds = time.perf_counter() - t_load
-    counts = {"num_docs": 0, "num_embedded": 0, "num_encoded": 0}
-    encode_seconds = 0.0
-
-    def embed_counted(texts: list[str], langs: list[str], keys: list[Any]) -> np.ndarray:
-        nonlocal encode_seconds
-        t0 = time.perf_counter()
-        embeddings, num_encoded = embed(encoder, texts, langs, params.embed_languages, keys)
-        encode_seconds += time.perf_counter() - t0
-        counts["num_encoded"] += num_encoded
-        counts["num_embedded"] += sum(lang in params.embed_languages for lang in langs)  # rows with an embedding
-        return embeddings
-
-    label_texts = [encoder.clip(r["text"]) for r in labels]
-    label_keys = [xxhash.xxh3_128_digest(r["text"].encode()) for r in labels]
+    embedder = Embedder(encoder, params.embed_languages)
     with atomic_dir(params.out_dir, stage=STAGE) as tmp:
-        writer = None
-        for chunk in read_chunks(params.docs_dir, params.chunk_docs, encoder.clip):
-            num_labels = len(labels) if writer is None else 0  # the labels go with the first chunk
-            embeddings = embed_counted(label_texts[:num_labels] + chunk["text"],
-                                       [r["lang"] for r in labels[:num_labels]] + chunk["lang"],
-                                       label_keys[:num_labels] + chunk["key"])
-            if num_labels:
-                write_labels(tmp / "labels.parquet", labels, embeddings[:num_labels])
-            table = doc_embeddings_table(chunk["id"], chunk["lang"], embeddings[num_labels:])
-            writer = writer or pq.ParquetWriter(tmp / "docs.parquet", table.schema)
-            writer.write_table(table, row_group_size=EMBEDDING_ROWS_PER_GROUP)
-            counts["num_docs"] += len(chunk["id"])
-        if writer is None:  # no documents: the labels alone, and an empty (typed) docs file
-            write_labels(tmp / "labels.parquet", labels,
-                         embed_counted(label_texts, [r["lang"] for r in labels], label_keys))
-            write_doc_embeddings(tmp / "docs.parquet", [], [], np.zeros((0, encoder.dim), np.float32))
-        else:
-            writer.close()
+        num_docs = write_embeddings(tmp, embedder, labels, params.docs_dir, params.chunk_docs)
     metrics = {
         "num_labels": len(labels),
-        **counts,
+        "num_docs": num_docs,
+        "num_embedded": embedder.num_embedded,
+        "num_encoded": embedder.num_encoded,
         "encoder_load_seconds": load_seconds,  # model load (+ ONNX export on a cache miss)
         "onnx_cache_hit": encoder.onnx_cache_hit,
-        "encode_seconds": encode_seconds,
-        "encoded_per_s": counts["num_encoded"] / max(encode_seconds, 1e-9),  # distinct texts through the encoder
+        "encode_seconds": embedder.seconds,
+        "encoded_per_s": embedder.num_encoded / max(embedder.seconds, 1e-9),  # distinct texts through the encoder
         "seconds": time.perf_counter() - start,
         "embedding_dim": encoder.dim,
     }
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
-    log.info("semantic_embed: %d labels + %d docs, %d encoded at %.0f/s", len(labels), counts["num_docs"],
-             counts["num_encoded"], metrics["encoded_per_s"])
+    log.info("semantic_embed: %d labels + %d docs, %d encoded at %.0f/s", len(labels), num_docs,
+             embedder.num_encoded, metrics["encoded_per_s"])
     return metrics
+
+
+@dataclass
+class Embedder:
+    """`embed` with the run's counts: rows given an embedding, distinct texts encoded, seconds encoding."""
+    encoder: Encoder
+    languages: tuple[str, ...]
+    num_embedded: int = 0
+    num_encoded: int = 0
+    seconds: float = 0.0
+
+    def __call__(self, texts: list[str], langs: list[str], keys: list[Any]) -> np.ndarray:
+        t0 = time.perf_counter()
+        embeddings, num_encoded = embed(self.encoder, texts, langs, self.languages, keys)
+        self.seconds += time.perf_counter() - t0
+        self.num_encoded += num_encoded
+        self.num_embedded += sum(lang in self.languages for lang in langs)
+        return embeddings
+
+
+def write_embeddings(out: Path, embedder: Embedder, labels: list[dict[str, Any]], docs_dir: str,
+                     chunk_docs: int) -> int:
+    """labels.parquet and docs.parquet under `out`, the docs a chunk at a time (the labels go with the first
+    chunk, so short inputs fill the encoder's batches). Returns the number of documents."""
+    clip = embedder.encoder.clip
+    label_texts = [clip(r["text"]) for r in labels]
+    label_langs = [r["lang"] for r in labels]
+    label_keys = [xxhash.xxh3_128_digest(r["text"].encode()) for r in labels]
+    writer, num_docs = None, 0
+    for chunk in read_chunks(docs_dir, chunk_docs, clip):
+        num_labels = len(labels) if writer is None else 0
+        embeddings = embedder(label_texts[:num_labels] + chunk["text"], label_langs[:num_labels] + chunk["lang"],
+                              label_keys[:num_labels] + chunk["key"])
+        if num_labels:
+            write_labels(out / "labels.parquet", labels, embeddings[:num_labels])
+        table = doc_embeddings_table(chunk["id"], chunk["lang"], embeddings[num_labels:])
+        writer = writer or pq.ParquetWriter(out / "docs.parquet", table.schema)
+        writer.write_table(table, row_group_size=EMBEDDING_ROWS_PER_GROUP)
+        num_docs += len(chunk["id"])
+    if writer is None:  # no documents: the labels alone, and an empty (typed) docs file
+        write_labels(out / "labels.parquet", labels, embedder(label_texts, label_langs, label_keys))
+        write_doc_embeddings(out / "docs.parquet", [], [], np.zeros((0, embedder.encoder.dim), np.float32))
+    else:
+        writer.close()
+    return num_docs
 
 
 def write_labels(path: Path, labels: list[dict[str, Any]], embeddings: np.ndarray) -> None:

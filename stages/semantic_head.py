@@ -34,6 +34,7 @@ from stages.common.runtime.params import ConfigError, param, validate
 from stages.common.semantic.features import Features, NgramParams
 from stages.common.semantic.head import (
     KEEP,
+    Head,
     MIN_VAL_PER_CLASS,
     binary_report,
     class_counts,
@@ -159,48 +160,66 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
 def run(params: Params) -> dict[str, Any]:
     check_owned_paths(STAGE, {"embeddings_dir": params.embeddings_dir}, {"out_dir": params.out_dir})
     start = time.perf_counter()
-    table = pq.read_table(f"{params.embeddings_dir}/labels.parquet")
-    labels = table.drop_columns(["embedding"]).to_pylist()
-    embeddings = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(labels), -1)
+    labels, embeddings = read_labels(params.embeddings_dir)
     classes = class_names(labels)
     targets = np.array([classes.index(KEEP if r["label"] == KEEP else (r["category"] or "low_score"))
                         for r in labels])
     features = Features.build([r["text"] for r in labels], [r["lang"] for r in labels], embeddings, params.ngrams)
     val = np.array([is_validation(r["id"], params.val_fraction) for r in labels])
     langs = np.array([r["lang"] for r in labels])
-
-    groups = head_groups(params, langs, targets != 0, val)
-    heads, tensors = {}, {}
-    for name, rows in groups.items():
-        heads[name] = train_head(features.subset(rows), targets[rows], len(classes), params.ngrams.num_buckets,
-                                 params.l2_for(name), params.max_iter, params.seed)
-        tensors.update({f"{name}.{k}": v.contiguous() for k, v in heads[name].state_dict().items()})
-        log.info("semantic_head: trained head %r on %d examples (l2 %g)", name, len(rows), params.l2_for(name))
+    heads = train_heads(params, features, targets, len(classes), head_groups(params, langs, targets != 0, val))
     val_rows = np.flatnonzero(val)
     probs = predict(heads, POOLED, features.subset(val_rows), langs[val_rows])
-    validation = pa.table({
-        "id": [labels[r]["id"] for r in val_rows],
-        "lang": [labels[r]["lang"] for r in val_rows],
-        "label": [labels[r]["label"] for r in val_rows],
-        "category": [labels[r]["category"] for r in val_rows],
-        "p_keep": probs[:, 0],
-        "predicted": [classes[int(np.argmax(p[1:])) + 1] for p in probs],
-    })
     config = {"classes": classes, "heads": sorted(heads), "pooled": POOLED, "embedding_dim": embeddings.shape[1],
               "ngrams": dataclasses.asdict(params.ngrams)}
     with atomic_dir(params.out_dir, stage=STAGE) as tmp:
-        save_file(tensors, str(tmp / "head.safetensors"))
+        save_file({f"{name}.{k}": v.contiguous() for name, head in heads.items() for k, v in head.state_dict().items()},
+                  str(tmp / "head.safetensors"))
         (tmp / "head.json").write_text(json.dumps(config, indent=2) + "\n")
-        pq.write_table(validation, tmp / "validation.parquet")
+        pq.write_table(validation_table([labels[r] for r in val_rows], probs, classes), tmp / "validation.parquet")
     metrics: dict[str, Any] = {"num_train": int((~val).sum()), "num_validation": int(val.sum()),
                                "classes": len(classes), "seconds": time.perf_counter() - start}
-    is_drop = np.array([labels[r]["label"] != KEEP for r in val_rows])
-    for lang in sorted(set(validation.column("lang").to_pylist())):
-        rows = np.array([labels[r]["lang"] == lang for r in val_rows])
-        for key, value in binary_report(probs[rows, 0], is_drop[rows], 0.5).items():
-            metrics[f"val_at_0.5.{lang}.{key}"] = value
+    metrics.update(validation_report([labels[r] for r in val_rows], probs))
     write_metrics(metrics, headline(metrics), params.metrics_path, params.detail_path)
     return metrics
+
+
+def read_labels(embeddings_dir: str) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """semantic_embed's labels.parquet: the label rows, and their embeddings as one (rows, dim) array."""
+    table = pq.read_table(f"{embeddings_dir}/labels.parquet")
+    labels = table.drop_columns(["embedding"]).to_pylist()
+    return labels, table.column("embedding").combine_chunks().flatten().to_numpy().reshape(len(labels), -1)
+
+
+def train_heads(params: Params, features: Features, targets: np.ndarray, num_classes: int,
+                groups: dict[str, np.ndarray]) -> dict[str, Head]:
+    """One head per group of training rows (`head_groups`), by name."""
+    heads = {}
+    for name, rows in groups.items():
+        heads[name] = train_head(features.subset(rows), targets[rows], num_classes, params.ngrams.num_buckets,
+                                 params.l2_for(name), params.max_iter, params.seed)
+        log.info("semantic_head: trained head %r on %d examples (l2 %g)", name, len(rows), params.l2_for(name))
+    return heads
+
+
+def validation_table(rows: list[dict[str, Any]], probs: np.ndarray, classes: list[str]) -> pa.Table:
+    """What the heads predict for each validation label: p(keep) and the likeliest drop class."""
+    return pa.table({
+        "id": [r["id"] for r in rows],
+        "lang": [r["lang"] for r in rows],
+        "label": [r["label"] for r in rows],
+        "category": [r["category"] for r in rows],
+        "p_keep": probs[:, 0],
+        "predicted": [classes[int(np.argmax(p[1:])) + 1] for p in probs],
+    })
+
+
+def validation_report(rows: list[dict[str, Any]], probs: np.ndarray) -> dict[str, Any]:
+    """Precision, recall and F1 of dropping at p(keep) < 0.5, per language of the validation labels."""
+    is_drop = np.array([r["label"] != KEEP for r in rows])
+    row_langs = np.array([r["lang"] for r in rows])
+    return {f"val_at_0.5.{lang}.{key}": value for lang in sorted(set(row_langs.tolist()))
+            for key, value in binary_report(probs[row_langs == lang, 0], is_drop[row_langs == lang], 0.5).items()}
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 
-from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, Transformer, preset
+from stages.common.lm.model import CHECKPOINT_NAME, PRESETS, ModelConfig, Transformer, preset
 from stages.common.lm.token_shards import (
     TIERS,
     TierMix,
@@ -55,6 +55,7 @@ from stages.common.training import checkpoint
 from stages.common.training.checkpoint import CheckpointParams
 from stages.common.training.optim import OptimParams, configure_optimizer
 from stages.common.training.parallel import (
+    DistEnv,
     ParallelParams,
     build_mesh,
     distributed,
@@ -174,9 +175,9 @@ def check_data(params: Params, context: dict[str, Any]) -> list[tuple[str, str]]
         1, params.parallel.data_parallel_size)
     epochs = params.max_steps * per_step / max(1.0, len(TIERS) * projected["train"])
     if epochs > MAX_EPOCHS_NOTED:
-        findings.append(("note", f"train.max_steps {params.max_steps} x {per_step:,} tokens a step passes over about "
-                                 f"{len(TIERS) * projected['train']:,.0f} training tokens {epochs:.0f} times: the model "
-                                 "will learn them by heart; lower train.max_steps or add documents"))
+        findings.append(("note", f"train.max_steps {params.max_steps} x {per_step:,} tokens a step passes over "
+                                 f"about {len(TIERS) * projected['train']:,.0f} training tokens {epochs:.0f} times: "
+                                 "the model will learn them by heart; lower train.max_steps or add documents"))
     return findings
 
 
@@ -194,48 +195,65 @@ def run(params: Params) -> dict[str, Any] | None:
     with distributed(params.device, params.num_threads) as env:
         precision = resolve_precision("auto", env.device) if params.precision == "auto" else params.precision
         manifest = read_manifest(params.tokens_dir)
-        overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
-        cfg = preset(params.preset, manifest["vocab_size"], **overrides)
-        seq_len = cfg.max_seq_len
         seed_everything(params.seed)  # the same initial weights on every rank, before any sharding
-        model = Transformer(cfg).to(env.device)
-        flops_per_token = model.flops_per_token(seq_len)
-        num_params = model.num_params()
-
-        scaler = LossScaler(precision == "fp16")
-        parallel = params.parallel.resolve(env.world_size, PARALLEL_PREFIX)
-        mesh = build_mesh(env, parallel)
-        parts = parallelize(model, mesh, parallel, env.device, params.gradient_accumulation_steps,
-                            lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)
-        optimizer = configure_optimizer(parts.module, params.optim, env.device)
-        train_config = TrainConfig(
-            max_steps=params.max_steps, micro_batch_size=params.micro_batch_size,
-            gradient_accumulation_steps=params.gradient_accumulation_steps, seq_len=seq_len, precision=precision,
-            optim=params.optim, dynamic_clip=params.dynamic_clip, freeze=params.freeze,
-            max_bad_steps=params.max_bad_steps, eval_windows=params.eval.windows, peak_flops=params.peak_flops)
-        global_batch = parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
-        sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, seq_len, global_batch,
-                              params.max_steps, params.seed)
-        trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
-
+        setup = build(params, env, precision, manifest["vocab_size"])
+        trainer = setup.trainer
         root = Path(params.checkpoint_dir)
         resumed_from = trainer.resume(root, fingerprint(params, manifest), params.checkpoint.keep, env.is_main)
         if env.is_main:
-            log.info("training %s (%.2fM parameters) for %d steps: %d process(es) as pp=%d dp=%d (%s) tp=%d, "
-                     "global batch %d x %d tokens, %s", params.preset, num_params / 1e6, params.max_steps,
-                     env.world_size, parallel.pipeline_parallel_size, parallel.data_parallel_size,
-                     parallel.data_parallel_mode, parallel.tensor_parallel_size, global_batch, seq_len, precision)
+            log.info("training %s (%.2fM parameters) for %d steps: %s, global batch %d x %d tokens, %s",
+                     params.preset, setup.num_params / 1e6, params.max_steps, describe(setup.parallel, env),
+                     setup.global_batch, setup.config.max_seq_len, precision)
         trainer.fit(open_tiers(params.tokens_dir, "val"), params.eval.every, params.checkpoint.every,
                     trainer.save_checkpoint, params.log_every, is_main=env.is_main, progress_bar=params.progress_bar)
-        metrics = None
-        if env.is_main:
-            # the model from the final checkpoint, which fit() saves at the end
-            with atomic_dir(params.model_dir, stage=STAGE) as out:
-                checkpoint.consolidate(root / f"step_{trainer.step:08d}", cfg, out / CHECKPOINT_NAME)
-            metrics = summarize(trainer, params, parallel, precision, env.world_size, num_params, resumed_from,
-                                time.perf_counter() - started)
-            write_outputs(trainer, params, metrics)
-    return metrics
+        if not env.is_main:
+            return None
+        # the model from the final checkpoint, which fit() saves at the end
+        with atomic_dir(params.model_dir, stage=STAGE) as out:
+            checkpoint.consolidate(root / f"step_{trainer.step:08d}", setup.config, out / CHECKPOINT_NAME)
+        metrics = summarize(trainer, params, setup.parallel, precision, env.world_size, setup.num_params,
+                            resumed_from, time.perf_counter() - started)
+        write_outputs(trainer, params, metrics)
+        return metrics
+
+
+@dataclass
+class Setup:
+    """One worker's share of the run: the trainer over its part of the model, and what the logs report."""
+    trainer: Trainer
+    config: ModelConfig
+    parallel: ParallelParams  # resolved for the world size
+    global_batch: int  # sequences per optimizer step, over every data-parallel rank
+    num_params: int  # of the whole model, before sharding
+
+
+def build(params: Params, env: DistEnv, precision: str, vocab_size: int) -> Setup:
+    """The model (initialized from the seed), split over the device mesh; its optimizer; the tier sampler
+    of the global batch; the trainer that runs them."""
+    overrides = {"max_seq_len": params.seq_len} if params.seq_len else {}
+    cfg = preset(params.preset, vocab_size, **overrides)
+    model = Transformer(cfg).to(env.device)
+    flops_per_token, num_params = model.flops_per_token(cfg.max_seq_len), model.num_params()
+    scaler = LossScaler(precision == "fp16")
+    parallel = params.parallel.resolve(env.world_size, PARALLEL_PREFIX)
+    parts = parallelize(model, build_mesh(env, parallel), parallel, env.device, params.gradient_accumulation_steps,
+                        lambda logits, targets: pipeline_loss(logits, targets) * scaler.scale)
+    optimizer = configure_optimizer(parts.module, params.optim, env.device)
+    train_config = TrainConfig(
+        max_steps=params.max_steps, micro_batch_size=params.micro_batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation_steps, seq_len=cfg.max_seq_len,
+        precision=precision, optim=params.optim, dynamic_clip=params.dynamic_clip, freeze=params.freeze,
+        max_bad_steps=params.max_bad_steps, eval_windows=params.eval.windows, peak_flops=params.peak_flops)
+    global_batch = parallel.data_parallel_size * params.micro_batch_size * params.gradient_accumulation_steps
+    sampler = TierSampler(open_tiers(params.tokens_dir, "train"), params.tier_mix, cfg.max_seq_len, global_batch,
+                          params.max_steps, params.seed)
+    trainer = Trainer(parts, optimizer, sampler, train_config, env.device, flops_per_token, scaler)
+    return Setup(trainer, cfg, parallel, global_batch, num_params)
+
+
+def describe(parallel: ParallelParams, env: DistEnv) -> str:
+    return (f"{env.world_size} process(es) as pp={parallel.pipeline_parallel_size} "
+            f"dp={parallel.data_parallel_size} ({parallel.data_parallel_mode}) tp={parallel.tensor_parallel_size}")
 
 
 # ---- outputs -----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -165,3 +166,12 @@ def finetune(student: nn.Module, teacher: nn.Module, sampler: TierSampler, p: Di
                 progress_bar=progress_bar, desc=desc)
     student.eval()
     return trainer.history, resumed
+
+
+def kl_span(history: list[dict[str, Any]], steps: int = 5) -> tuple[float, float] | None:
+    """The mean KL of a fine-tune's first and of its last `steps` steps (rounded for the metrics files), or
+    None when it trained no step."""
+    if not history:
+        return None
+    kl = [h["kl"] for h in history]
+    return round(float(np.mean(kl[:steps])), 4), round(float(np.mean(kl[-steps:])), 4)

@@ -3,7 +3,7 @@ loop on a pruned student against its teacher."""
 import pytest
 import torch
 
-from stages.common.compress.distill import DistillOptim, DistillParams, distill_loss, finetune
+from stages.common.compress.distill import DistillOptim, DistillParams, distill_loss, finetune, kl_span
 from stages.common.compress.pruning import magnitude_importance, select
 from stages.common.compress.pruning import prune as prune_model
 from stages.common.lm.model import Transformer, preset
@@ -47,3 +47,10 @@ def test_distill_loss_is_zero_kl_for_identical_logits():
     loss, kl, ce = distill_loss(logits, logits.clone(), targets, 2.0, 0.7, 0.3)
     assert kl.item() == pytest.approx(0.0, abs=1e-6)
     assert loss.item() == pytest.approx(0.3 * ce.item(), rel=1e-5)
+
+
+def test_kl_span_is_the_mean_of_the_first_and_last_steps():
+    history = [{"kl": float(k)} for k in range(10)]
+    assert kl_span(history) == (2.0, 7.0)  # steps 0-4 and 5-9
+    assert kl_span(history[:3], steps=2) == (0.5, 1.5)
+    assert kl_span([]) is None

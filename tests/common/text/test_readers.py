@@ -49,6 +49,31 @@ def test_jsonl_gz_zst_parquet_and_text_files(tmp_path):
     assert records[1].id.startswith("h-")
 
 
+def test_each_input_file_is_opened_once(tmp_path, monkeypatch):
+    """Every format reads its file through one open (a zstd file's frames are checked on that same handle)."""
+    from stages.common.runtime import storage
+    from stages.common.text.readers import lines, tabular, warc
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "alpha"}])
+    write_jsonl(tmp_path / "b.jsonl.gz", [{"text": "beta"}], compress=True)
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "gamma"}\n'))
+    pq.write_table(pa.table({"text": ["delta"]}), tmp_path / "d.parquet")
+    (tmp_path / "e.csv").write_text("text\nepsilon\n")
+    (tmp_path / "f.txt").write_text("zeta\n")
+    write_warc(tmp_path / "g.warc.gz")
+    opened = Counter()
+
+    def counting_open(path, *args, **kwargs):
+        opened[os.path.basename(path)] += 1
+        return storage.open_input(path, *args, **kwargs)
+
+    for module in (lines, tabular, warc):
+        if hasattr(module, "open_input"):
+            monkeypatch.setattr(module, "open_input", counting_open)
+    files = list_input_files(str(tmp_path))
+    assert len(list(iter_raw(files))) > 7  # one record in each file but the WARC, which holds several
+    assert opened == {os.path.basename(f): 1 for f in files}
+
+
 def test_glob_and_pattern_select_files(tmp_path):
     write_jsonl(tmp_path / "x.jsonl", [{"text": "a"}])
     write_jsonl(tmp_path / "y.jsonl", [{"text": "b"}])

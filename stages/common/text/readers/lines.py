@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 import zstandard
 
-from stages.common.runtime.storage import input_size, open_input
+from stages.common.runtime.storage import open_input
 from stages.common.runtime.urls import InputError, redact, url_path
 from stages.common.text.readers.records import _id_hash, derive_id
 
@@ -26,50 +26,49 @@ _BLANK_RE = re.compile(rb"[ \t\n\r\x0b\x0c]*")  # the bytes `bytes.strip()` remo
 _STREAM_ERRORS = (EOFError, OSError, zlib.error, zstandard.ZstdError)
 
 
-def check_zstd_frames(path: str) -> None:
-    """Raise `InputError` unless every zstd frame in `path` is complete. zstandard's stream reader ends
-    quietly where a cut file ends, so this walks the frame and block headers (a few bytes each)."""
-    name = redact(path)
-    with open_input(path) as f:
-        size = input_size(path)
+def check_zstd_frames(f: BinaryIO, name: str) -> None:
+    """Raise `InputError` unless every zstd frame in the open file `f` (`name`: what errors show) is
+    complete, then rewind it. zstandard's stream reader ends quietly where a cut file ends, so this walks
+    the frame and block headers (a few bytes each)."""
+    size = f.seek(0, io.SEEK_END)
 
-        def read_at(offset: int, n: int, what: str) -> bytes:
-            if offset + n > size:
-                raise InputError(f"{name}: truncated zstd stream: the file ends at byte {size}, inside the "
-                                 f"{what} at byte {offset}")
-            f.seek(offset)
-            return f.read(n)
+    def read_at(offset: int, n: int, what: str) -> bytes:
+        if offset + n > size:
+            raise InputError(f"{name}: truncated zstd stream: the file ends at byte {size}, inside the "
+                             f"{what} at byte {offset}")
+        f.seek(offset)
+        return f.read(n)
 
-        pos = 0
-        while pos < size:
-            frame = pos
-            magic = int.from_bytes(read_at(pos, 4, "frame header"), "little")
-            if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: its size, then that many bytes
-                skip = int.from_bytes(read_at(pos + 4, 4, "frame header"), "little")
-                if skip:
-                    read_at(pos + 8 + skip - 1, 1, "skippable frame")
-                pos += 8 + skip
-                continue
-            if magic != 0xFD2FB528:
-                raise InputError(f"{name}: corrupt zstd stream: no frame starts at byte {frame}")
-            descriptor = read_at(pos + 4, 1, "frame header")[0]
-            single_segment, has_checksum = descriptor >> 5 & 1, descriptor >> 2 & 1
-            content_size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
-            pos += 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3] + content_size_bytes
-            last = False
-            while not last:
-                header = int.from_bytes(read_at(pos, 3, f"frame starting at byte {frame}"), "little")
-                last, block_type, block_size = bool(header & 1), header >> 1 & 3, header >> 3
-                if block_type == 3:
-                    raise InputError(f"{name}: corrupt zstd stream: invalid block type at byte {pos}")
-                stored = 1 if block_type == 1 else block_size  # an RLE block stores its one byte
-                if stored:
-                    read_at(pos + 3 + stored - 1, 1, f"frame starting at byte {frame}")
-                pos += 3 + stored
-            if has_checksum:
-                read_at(pos, 4, f"frame starting at byte {frame}")
-                pos += 4
-
+    pos = 0
+    while pos < size:
+        frame = pos
+        magic = int.from_bytes(read_at(pos, 4, "frame header"), "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: its size, then that many bytes
+            skip = int.from_bytes(read_at(pos + 4, 4, "frame header"), "little")
+            if skip:
+                read_at(pos + 8 + skip - 1, 1, "skippable frame")
+            pos += 8 + skip
+            continue
+        if magic != 0xFD2FB528:
+            raise InputError(f"{name}: corrupt zstd stream: no frame starts at byte {frame}")
+        descriptor = read_at(pos + 4, 1, "frame header")[0]
+        single_segment, has_checksum = descriptor >> 5 & 1, descriptor >> 2 & 1
+        content_size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
+        pos += 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3] + content_size_bytes
+        last = False
+        while not last:
+            header = int.from_bytes(read_at(pos, 3, f"frame starting at byte {frame}"), "little")
+            last, block_type, block_size = bool(header & 1), header >> 1 & 3, header >> 3
+            if block_type == 3:
+                raise InputError(f"{name}: corrupt zstd stream: invalid block type at byte {pos}")
+            stored = 1 if block_type == 1 else block_size  # an RLE block stores its one byte
+            if stored:
+                read_at(pos + 3 + stored - 1, 1, f"frame starting at byte {frame}")
+            pos += 3 + stored
+        if has_checksum:
+            read_at(pos, 4, f"frame starting at byte {frame}")
+            pos += 4
+    f.seek(0)
 
 class _LineReader:
     """Non-blank lines of a binary stream as (line number, bytes, length, derived id). A line longer than
@@ -148,7 +147,7 @@ def _open_stream(path: str, stack: ExitStack) -> tuple[BinaryIO, BinaryIO]:
     if lower.endswith(".gz"):
         return stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb")), raw
     if lower.endswith(".zst"):
-        check_zstd_frames(path)
+        check_zstd_frames(raw, redact(path))
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=False)
         return stack.enter_context(io.BufferedReader(reader, _CHUNK_BYTES)), raw  # reads return full chunks
     return raw, raw
