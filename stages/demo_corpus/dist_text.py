@@ -12,7 +12,7 @@ import sysconfig
 from pathlib import Path
 
 from stages.demo_corpus.docstrings import _drop_near_duplicates
-from stages.demo_corpus.tables import CORPUS_DISTRIBUTIONS
+from stages.demo_corpus.tables import T
 
 LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
 # Licences and .po catalogs are read from the fixed list CORPUS_DISTRIBUTIONS (data/sources.yaml), so that a
@@ -29,7 +29,7 @@ def _canonical(name: str) -> str:
 @functools.cache
 def corpus_distributions() -> frozenset[str]:
     """CORPUS_DISTRIBUTIONS, canonical names."""
-    return frozenset(map(_canonical, CORPUS_DISTRIBUTIONS))
+    return frozenset(map(_canonical, T.CORPUS_DISTRIBUTIONS))
 
 
 def _corpus_dist_info(folder: Path) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import xxhash
 
-from stages.demo_corpus.tables import PACKAGE_MODULES, QUOTE_STARTS, STDLIB_MODULES
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import SENTENCE_END, _sentences
 
 log = logging.getLogger(__name__)
@@ -384,7 +384,7 @@ def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, .
     sources, apis = [], []
     with warnings.catch_warnings():  # deprecated names warn when touched
         warnings.simplefilter("ignore")
-        for name in STDLIB_MODULES + PACKAGE_MODULES:
+        for name in T.STDLIB_MODULES + T.PACKAGE_MODULES:
             docs = []
             for qual, obj, doc in _module_docs(name):
                 if len(doc) < MIN_DOCSTRING or "this platform" in doc or doc in docs:  # numpy: per-platform aliases
@@ -449,6 +449,7 @@ def zen_lines() -> tuple[str, ...]:
     return tuple(statements)
 
 
+QUOTE_STARTS = frozenset(T.QUOTE_STARTS)
 QUOTE_SENTENCE_SKIP = re.compile(r"[\d()\[\]{}<>=_`*/\\|#@$%^~:;\"]|\w\.\w|\w[A-Z]|(?i:\b(?:function|method|parameter|"
                                  r"argument|returns?|default|object|class|instance|attribute|module|array|string|list|"
                                  r"dict|tuple|none|true|false|e\.g|i\.e|see|below|above|following)\b)")
