@@ -13,7 +13,7 @@ from faker import Faker
 
 from stages.demo_corpus.dist_text import licence_docs, po_catalogs, readme_sections
 from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles, zen_lines
-from stages.demo_corpus.records import CJK, LOCALES, NO_ID_SHARE, ZH_PROSE_SHARE
+from stages.demo_corpus.records import LOCALES
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _past, _plural, _third_person, to_traditional
 
@@ -91,7 +91,7 @@ class BuilderBase:
 
     def new_id(self, optional: bool = True) -> str | None:
         number = self.id_numbers.pop()  # shuffled, so an id says nothing about kind or position
-        return f"demo-{number:06d}" if not optional or self.rng.random() >= NO_ID_SHARE else None
+        return f"demo-{number:06d}" if not optional or self.rng.random() >= T.NO_ID_SHARE else None
 
     def url(self, loc: str) -> str:
         section = self.rng.choice(("news", "blog", "article", "post", "docs", "p"))
@@ -109,7 +109,7 @@ class BuilderBase:
     def paragraph(self, loc: str) -> str:
         if loc == "en_US":
             return " ".join(self.en_sentence() for _ in range(self.rng.randint(3, 7)))
-        n = self.rng.randint(4, 8) * (2 if LOCALES[loc][0] in CJK else 1)  # CJK lorem sentences are short
+        n = self.rng.randint(4, 8) * (2 if LOCALES[loc][0] in T.CJK else 1)  # CJK lorem sentences are short
         p = self.fake[loc].paragraph(nb_sentences=n)
         return p.replace(".", "。") if loc.startswith("zh") else p
 
@@ -146,6 +146,6 @@ class BuilderBase:
     def paragraphs(self, loc: str) -> list[str]:
         if loc == "en_US" and self.real and self.rng.random() < self.real_share:
             return self.real.pop().split("\n\n")
-        if loc in self.zh_slots and self.rng.random() < ZH_PROSE_SHARE:
+        if loc in self.zh_slots and self.rng.random() < T.ZH_PROSE_SHARE:
             return [self.zh_paragraph(loc) for _ in range(self.rng.randint(2, 7))]
         return [self.paragraph(loc) for _ in range(self.rng.randint(2, 8))]

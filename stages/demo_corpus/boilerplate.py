@@ -6,7 +6,6 @@ import functools
 from collections.abc import Callable
 
 from stages.demo_corpus.base import BuilderBase
-from stages.demo_corpus.records import BOILER_MIX_EN, BOILER_MIX_ZH
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _plural, to_traditional
 
@@ -23,7 +22,7 @@ class Boilerplate(BuilderBase):
         return rng.choice(("\n", " ")).join(line.format(**values) for line in lines)
 
     def _boilerplate(self, loc: str) -> str:
-        mix = BOILER_MIX_EN if loc == "en_US" else BOILER_MIX_ZH
+        mix = T.BOILER_MIX_EN if loc == "en_US" else T.BOILER_MIX_ZH
         source = self.rng.choices(list(mix), list(mix.values()))[0]
         if source == "licence" and self.licences:
             return self.licences.pop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from stages.demo_corpus.base import BuilderBase
-from stages.demo_corpus.records import DOC_PAGE_SHARE, DOCBOOK_SHARE, LOCALES
+from stages.demo_corpus.records import LOCALES
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _api_html, _code_html, _sentences, _slug, to_traditional
 
@@ -13,7 +13,7 @@ from stages.demo_corpus.text import _api_html, _code_html, _sentences, _slug, to
 class Pages(BuilderBase):
     def _html(self, loc: str) -> str:
         rng, f, esc = self.rng, self.fake[loc], html.escape
-        if rng.random() < DOC_PAGE_SHARE:
+        if rng.random() < T.DOC_PAGE_SHARE:
             self.genre = "doc_page"
             return self.doc_page(loc)
         body = []
@@ -43,7 +43,7 @@ class Pages(BuilderBase):
         zh = loc in self.zh_slots
         labels = dict(T.DOC_LABELS["zh_CN" if zh else "en"])
         paragraphs = self.paragraphs(loc)
-        docbook = rng.random() < DOCBOOK_SHARE
+        docbook = rng.random() < T.DOCBOOK_SHARE
         apis = [self.api.pop() for _ in range(min(len(self.api), rng.choice((0, 1, 1, 2))))] \
             if loc == "en_US" and not docbook else []
         if zh:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from stages.demo_corpus.base import EN_SLOT, BuilderBase
-from stages.demo_corpus.records import QUOTE_CHARS, QUOTE_SOURCES_EN
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import to_traditional
 
@@ -21,10 +20,10 @@ class Quotes(BuilderBase):
         return s[0].upper() + s[1:]
 
     def _quote_en(self) -> str:
-        rng, lo, hi = self.rng, *QUOTE_CHARS
+        rng, lo, hi = self.rng, *T.QUOTE_CHARS
         text = ""
         for _ in range(20):
-            source = rng.choices(list(QUOTE_SOURCES_EN), list(QUOTE_SOURCES_EN.values()))[0]
+            source = rng.choices(list(T.QUOTE_SOURCES_EN), list(T.QUOTE_SOURCES_EN.values()))[0]
             module = ""
             if source == "zen" and self.zen:
                 a, b = self.zen.pop()
@@ -48,7 +47,7 @@ class Quotes(BuilderBase):
         return text
 
     def _quote_zh(self, loc: str) -> str:
-        rng, lo, hi = self.rng, *QUOTE_CHARS
+        rng, lo, hi = self.rng, *T.QUOTE_CHARS
         text = ""
         for _ in range(20):
             if rng.random() < 0.35:
