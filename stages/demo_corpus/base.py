@@ -12,7 +12,7 @@ from collections.abc import Callable
 from faker import Faker
 
 from stages.demo_corpus.dist_text import licence_docs, po_catalogs, readme_sections
-from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles, zen_lines
+from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles
 from stages.demo_corpus.records import LOCALES
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _past, _plural, _third_person, to_traditional
@@ -40,7 +40,7 @@ class BuilderBase:
         self.api = list(api_docs())  # for English man pages and documentation pages, used once each
         self.rng.shuffle(self.api)
         self.api_all = tuple(self.api)  # every API doc, for the rows of reference tables (reused)
-        zen = zen_lines()
+        zen = T.ZEN_OF_PYTHON
         self.zen = [zen[i:i + 2] for i in range(0, len(zen) - 1, 2)]  # pairs of consecutive ones, for quotes
         self.rng.shuffle(self.zen)
         pool = quote_sentences()
