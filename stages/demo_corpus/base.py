@@ -101,8 +101,9 @@ class BuilderBase:
         s = self.fake[loc].sentence(nb_words=nb_words)
         return s.replace(".", "。") if loc.startswith("zh") else s
 
-    def en_sentence(self) -> str:
-        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(T.EN_TEMPLATES))
+    def en_sentence(self, templates: tuple[str, ...] = ()) -> str:
+        """A sentence from one of the English templates (T.EN_TEMPLATES unless given), each slot a fresh draw."""
+        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(templates or T.EN_TEMPLATES))
         s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)
         return s[0].upper() + s[1:]
 

@@ -117,8 +117,7 @@ class ManPages(BuilderBase):
             flags = "".join(o[0] for o in options if o[0] and not o[2])
             out.append(f"       {prog} " + (f"[-{flags}] " if flags else "") + f"{zharg}...")
         out += ["", desc_h]
-        first = rng.choice(("{prog} 用于{purpose}。", "{prog} 是一个用来{purpose}的工具。", "使用 {prog} 可以{purpose}。"))
-        sentences = [first.format(prog=prog, purpose=purpose)]
+        sentences = [rng.choice(T.ZH_MAN_FIRST_SENTENCES).format(prog=prog, purpose=purpose)]
         sentences += [self.fill(t, slots) for t in rng.sample(T.ZH_MAN_DESC, rng.randint(2, 5))]
         cut = rng.randint(1, len(sentences) - 1)
         out += [_zh_wrap("".join(sentences[:cut]), 7), "", _zh_wrap("".join(sentences[cut:]), 7), "", opt_h]

@@ -2,9 +2,7 @@
 pool and Zen of Python lines in frames; Chinese sayings and couplets, some coloured as fortune files are."""
 from __future__ import annotations
 
-import re
-
-from stages.demo_corpus.base import EN_SLOT, BuilderBase
+from stages.demo_corpus.base import BuilderBase
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import to_traditional
 
@@ -13,11 +11,6 @@ class Quotes(BuilderBase):
     def quote(self, loc: str) -> str:
         """A quote or saying of QUOTE_CHARS chars, with an attribution line ("\n    -- Name")."""
         return self._quote_en() if loc == "en_US" else self._quote_zh(loc)
-
-    def aphorism(self) -> str:
-        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(T.EN_APHORISMS))
-        s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)
-        return s[0].upper() + s[1:]
 
     def _quote_en(self) -> str:
         rng, lo, hi = self.rng, *T.QUOTE_CHARS
@@ -35,7 +28,7 @@ class Quotes(BuilderBase):
                 if source == "prose" and self.quote_sentences:
                     module, body = self.quote_sentences.pop()
                 else:
-                    body = " ".join(self.aphorism() for _ in range(rng.choice((1, 1, 2, 2, 3))))
+                    body = " ".join(self.en_sentence(T.EN_APHORISMS) for _ in range(rng.choice((1, 1, 2, 2, 3))))
                 form = rng.choice(T.QUOTE_ATTRIBUTION_EN if module else T.QUOTE_ATTRIBUTION_EN[:-1])
                 born = rng.randint(1600, 1950)
                 attribution = form.format(name=self.fake["en_US"].name(), module=module, born=born,
