@@ -87,15 +87,8 @@ record in stream order) with its parts `base.py` (seeded state, prose primitives
 `data/*.yaml` and the HTML skeletons in `data/html/`. Imports only `stages.common.runtime`.
 """
 from stages.demo_corpus.builder import Builder
-from stages.demo_corpus.dist_text import (
-    LOCK_FILE,
-    _canonical,
-    corpus_distributions,
-    licence_docs,
-    licence_texts,
-    po_catalogs,
-    po_messages,
-)
+from stages.demo_corpus.dist_text import (LOCK_FILE, _canonical, corpus_distributions, licence_docs, licence_texts,
+                                          po_catalogs, po_messages)
 from stages.demo_corpus.docstrings import ApiDoc, _prose, api_doc, api_docs, harvest, real_articles
 from stages.demo_corpus.records import LOCALES, MALFORMED, Doc, semantic_labels
 from stages.demo_corpus.stage import STAGE, Params, main, run, write

@@ -12,55 +12,9 @@ from collections.abc import Callable
 from faker import Faker
 
 from stages.demo_corpus.dist_text import licence_docs, po_catalogs, readme_sections
-from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles, zen_lines
-from stages.demo_corpus.records import CJK, LOCALES, NO_ID_SHARE, ZH_PROSE_SHARE
-from stages.demo_corpus.tables import (
-    EN_ADJECTIVES,
-    EN_ADVERBS,
-    EN_NOUNS,
-    EN_TEMPLATES,
-    EN_VERBS,
-    MONTHS,
-    POEM_LEADS,
-    POEM_NOUNS,
-    POEM_VERBS,
-    WEEKDAYS,
-    ZH_ACTIONS,
-    ZH_ACTIVITIES,
-    ZH_ASPECTS,
-    ZH_CAUSES,
-    ZH_COMMANDS,
-    ZH_CONCEPTS,
-    ZH_CONSEQUENCES,
-    ZH_CROWDS,
-    ZH_DIRECTIONS,
-    ZH_EFFECTS,
-    ZH_FEATURES,
-    ZH_FILES,
-    ZH_FINDINGS,
-    ZH_GENERAL_TEMPLATES,
-    ZH_JOURNEYS,
-    ZH_LESSONS,
-    ZH_NUMBERS,
-    ZH_OPTIONS,
-    ZH_PEN_NAMES,
-    ZH_PEOPLE,
-    ZH_PLACES,
-    ZH_POEM_HEADERS,
-    ZH_QUOTE_ACTS,
-    ZH_QUOTE_THINGS,
-    ZH_REASONS,
-    ZH_REGRETS,
-    ZH_REWARDS,
-    ZH_SEASONS,
-    ZH_SITUATIONS,
-    ZH_TECH_TEMPLATES,
-    ZH_THINGS,
-    ZH_THINGS2,
-    ZH_TOOLS,
-    ZH_TOPICS,
-    ZH_VIRTUES,
-)
+from stages.demo_corpus.docstrings import api_docs, quote_sentences, real_articles
+from stages.demo_corpus.records import LOCALES
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _past, _plural, _third_person, to_traditional
 
 EN_SLOT = re.compile(r"\{(\w+)\}")
@@ -86,43 +40,37 @@ class BuilderBase:
         self.api = list(api_docs())  # for English man pages and documentation pages, used once each
         self.rng.shuffle(self.api)
         self.api_all = tuple(self.api)  # every API doc, for the rows of reference tables (reused)
-        zen = zen_lines()
+        zen = T.ZEN_OF_PYTHON
         self.zen = [zen[i:i + 2] for i in range(0, len(zen) - 1, 2)]  # pairs of consecutive ones, for quotes
         self.rng.shuffle(self.zen)
         pool = quote_sentences()
         self.quote_sentences = self.rng.sample(pool, min(len(pool), 2000))  # for English quotes, used once each
         rng, f = self.rng, self.fake["en_US"]
         self.en_slots: dict[str, Callable[[], str]] = {
-            "noun": lambda: rng.choice(EN_NOUNS), "nouns": lambda: _plural(rng.choice(EN_NOUNS)),
-            "verb": lambda: rng.choice(EN_VERBS), "verbs": lambda: _third_person(rng.choice(EN_VERBS)),
-            "past": lambda: _past(rng.choice(EN_VERBS)), "adj": lambda: rng.choice(EN_ADJECTIVES),
-            "adv": lambda: rng.choice(EN_ADVERBS), "name": f.name, "city": f.city, "org": f.company,
-            "month": lambda: rng.choice(MONTHS), "weekday": lambda: rng.choice(WEEKDAYS),
+            "noun": lambda: rng.choice(T.EN_NOUNS), "nouns": lambda: _plural(rng.choice(T.EN_NOUNS)),
+            "verb": lambda: rng.choice(T.EN_VERBS), "verbs": lambda: _third_person(rng.choice(T.EN_VERBS)),
+            "past": lambda: _past(rng.choice(T.EN_VERBS)), "adj": lambda: rng.choice(T.EN_ADJECTIVES),
+            "adv": lambda: rng.choice(T.EN_ADVERBS), "name": f.name, "city": f.city, "org": f.company,
+            "month": lambda: rng.choice(T.MONTHS), "weekday": lambda: rng.choice(T.WEEKDAYS),
             "year": lambda: str(rng.randint(1990, 2024)),
             "num": lambda: str(rng.choice((2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 40, 50, 100, 200))),
-            "Adj": lambda: rng.choice(EN_ADJECTIVES).capitalize(), "Noun": lambda: rng.choice(EN_NOUNS).capitalize(),
-            "Nouns": lambda: _plural(rng.choice(EN_NOUNS)).capitalize()}
-        choice = functools.partial(functools.partial, rng.choice)
-        self.zh_quote_slots: dict[str, Callable[[], str]] = dict(
-            regret=choice(ZH_REGRETS), act=choice(ZH_QUOTE_ACTS), nature=choice(POEM_NOUNS), nature2=choice(POEM_NOUNS),
-            lesson=choice(ZH_LESSONS), lesson2=choice(ZH_LESSONS), virtue=choice(ZH_VIRTUES),
-            virtue2=choice(ZH_VIRTUES),
-            consequence=choice(ZH_CONSEQUENCES), journey=choice(ZH_JOURNEYS), reward=choice(ZH_REWARDS),
-            thing=choice(ZH_QUOTE_THINGS))
+            "Adj": lambda: rng.choice(T.EN_ADJECTIVES).capitalize(),
+            "Noun": lambda: rng.choice(T.EN_NOUNS).capitalize(),
+            "Nouns": lambda: _plural(rng.choice(T.EN_NOUNS)).capitalize()}
+        self.zh_quote_slots = self.choosers(T.ZH_SAYING_SLOTS)
         self.seen: set[str] = set()
         self.id_numbers: list[int] = []
         self.genre = ""  # of the record being made (Doc.genre)
 
     def _zh_slots(self, loc: str) -> dict[str, Callable[[], str]]:
-        rng = self.rng
-        words = dict(tool=ZH_TOOLS, cmd=ZH_COMMANDS, opt=ZH_OPTIONS, file=ZH_FILES, concept=ZH_CONCEPTS,
-                     person=ZH_PEOPLE, place=ZH_PLACES, action=ZH_ACTIONS, reason=ZH_REASONS, effect=ZH_EFFECTS,
-                     situation=ZH_SITUATIONS, aspect=ZH_ASPECTS, direction=ZH_DIRECTIONS, season=ZH_SEASONS,
-                     crowd=ZH_CROWDS, activity=ZH_ACTIVITIES, feature=ZH_FEATURES, topic=ZH_TOPICS,
-                     thing=ZH_THINGS, thing2=ZH_THINGS2, finding=ZH_FINDINGS, cause=ZH_CAUSES, num=ZH_NUMBERS)
-        slots: dict[str, Callable[[], str]] = {k: functools.partial(rng.choice, v) for k, v in words.items()}
-        slots.update(name=self.fake[loc].name, year=lambda: str(rng.randint(1995, 2024)))
+        slots = self.choosers(T.ZH_TEMPLATE_SLOTS)
+        slots.update(name=self.fake[loc].name, year=lambda: str(self.rng.randint(1995, 2024)))
         return slots
+
+    def choosers(self, slot_tables: dict[str, str]) -> dict[str, Callable[[], str]]:
+        """{slot: a draw from its table} for a mapping of slots to table names (data/*.yaml)."""
+        return {slot: functools.partial(self.rng.choice, getattr(T, table.upper()))
+                for slot, table in slot_tables.items()}
 
     @staticmethod
     def fill(template: str, slots: dict[str, Callable[[], str]]) -> str:
@@ -143,7 +91,7 @@ class BuilderBase:
 
     def new_id(self, optional: bool = True) -> str | None:
         number = self.id_numbers.pop()  # shuffled, so an id says nothing about kind or position
-        return f"demo-{number:06d}" if not optional or self.rng.random() >= NO_ID_SHARE else None
+        return f"demo-{number:06d}" if not optional or self.rng.random() >= T.NO_ID_SHARE else None
 
     def url(self, loc: str) -> str:
         section = self.rng.choice(("news", "blog", "article", "post", "docs", "p"))
@@ -153,31 +101,32 @@ class BuilderBase:
         s = self.fake[loc].sentence(nb_words=nb_words)
         return s.replace(".", "。") if loc.startswith("zh") else s
 
-    def en_sentence(self) -> str:
-        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(EN_TEMPLATES))
+    def en_sentence(self, templates: tuple[str, ...] = ()) -> str:
+        """A sentence from one of the English templates (T.EN_TEMPLATES unless given), each slot a fresh draw."""
+        s = EN_SLOT.sub(lambda m: self.en_slots[m[1]](), self.rng.choice(templates or T.EN_TEMPLATES))
         s = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", s)
         return s[0].upper() + s[1:]
 
     def paragraph(self, loc: str) -> str:
         if loc == "en_US":
             return " ".join(self.en_sentence() for _ in range(self.rng.randint(3, 7)))
-        n = self.rng.randint(4, 8) * (2 if LOCALES[loc][0] in CJK else 1)  # CJK lorem sentences are short
+        n = self.rng.randint(4, 8) * (2 if LOCALES[loc][0] in T.CJK else 1)  # CJK lorem sentences are short
         p = self.fake[loc].paragraph(nb_sentences=n)
         return p.replace(".", "。") if loc.startswith("zh") else p
 
     def zh_paragraph(self, loc: str) -> str:
         """3-7 sentences from the technical or the general Chinese templates (Traditional for zh_TW)."""
         rng = self.rng
-        templates = ZH_TECH_TEMPLATES if rng.random() < 0.55 else ZH_GENERAL_TEMPLATES
+        templates = T.ZH_TECH_TEMPLATES if rng.random() < 0.55 else T.ZH_GENERAL_TEMPLATES
         text = "".join(self.fill(t, self.zh_slots[loc]) for t in rng.sample(templates, rng.randint(3, 7)))
         return to_traditional(text) if loc == "zh_TW" else text
 
     def couplets(self, n: int) -> list[str]:
         """n couplets of 5- or 7-character lines from the poem word lists, one a line."""
         rng = self.rng
-        leads = rng.sample(POEM_LEADS, 2 * n) if rng.random() < 0.5 else [""] * (2 * n)
-        nouns = rng.sample(POEM_NOUNS, 4 * n)  # no noun twice, or short poems fail the 2-gram rule of `clean`
-        verbs = [rng.choice(POEM_VERBS) for _ in range(2 * n)]
+        leads = rng.sample(T.POEM_LEADS, 2 * n) if rng.random() < 0.5 else [""] * (2 * n)
+        nouns = rng.sample(T.POEM_NOUNS, 4 * n)  # no noun twice, or short poems fail the 2-gram rule of `clean`
+        verbs = [rng.choice(T.POEM_VERBS) for _ in range(2 * n)]
         half = [f"{leads[i]}{nouns[2 * i]}{verbs[i]}{nouns[2 * i + 1]}" for i in range(2 * n)]
         return [f"{half[2 * i]}，{half[2 * i + 1]}。" for i in range(n)]
 
@@ -188,9 +137,9 @@ class BuilderBase:
         lines = self.couplets(rng.choice((2, 2, 3, 4)))
         if rng.random() < 0.5:
             born = rng.randint(600, 1900)
-            author = rng.choice(ZH_PEN_NAMES) if rng.random() < 0.5 else self.fake[loc].name()
-            lines.insert(0, rng.choice(ZH_POEM_HEADERS).format(
-                title=f"《{rng.choice(POEM_NOUNS)}{rng.choice(('', '吟', '怀古', '夜泊', '送别'))}》", author=author,
+            author = rng.choice(T.ZH_PEN_NAMES) if rng.random() < 0.5 else self.fake[loc].name()
+            lines.insert(0, rng.choice(T.ZH_POEM_HEADERS).format(
+                title=f"《{rng.choice(T.POEM_NOUNS)}{rng.choice(T.ZH_QUOTE_TITLES[:5])}》", author=author,
                 born=born, died=born + rng.randint(30, 85)))
         text = "\n".join(lines)
         return to_traditional(text) if loc == "zh_TW" else text
@@ -198,6 +147,6 @@ class BuilderBase:
     def paragraphs(self, loc: str) -> list[str]:
         if loc == "en_US" and self.real and self.rng.random() < self.real_share:
             return self.real.pop().split("\n\n")
-        if loc in self.zh_slots and self.rng.random() < ZH_PROSE_SHARE:
+        if loc in self.zh_slots and self.rng.random() < T.ZH_PROSE_SHARE:
             return [self.zh_paragraph(loc) for _ in range(self.rng.randint(2, 7))]
         return [self.paragraph(loc) for _ in range(self.rng.randint(2, 8))]

@@ -6,51 +6,7 @@ import functools
 from collections.abc import Callable
 
 from stages.demo_corpus.base import BuilderBase
-from stages.demo_corpus.records import BOILER_MIX_EN, BOILER_MIX_ZH
-from stages.demo_corpus.tables import (
-    AD_EN,
-    AD_ZH,
-    BOILER_EN,
-    BOILER_ZH,
-    CLI_OPTIONS,
-    CLI_PROGS,
-    EN_DESCRIPTIONS,
-    EN_MESSAGES,
-    EN_NOTICES,
-    EN_OBJECTS,
-    EN_USAGE,
-    EN_VERSION_LINES,
-    LICENCES,
-    MENU_EN,
-    MENU_ZH,
-    NOTICE_PATHS,
-    NOTICE_THINGS,
-    PRODUCTS_EN,
-    PRODUCTS_ZH,
-    ZH_ARGS,
-    ZH_BUILTIN_LINES,
-    ZH_BUILTIN_OPTIONS,
-    ZH_BUILTIN_STATUS,
-    ZH_BUILTIN_THINGS,
-    ZH_BUILTINS,
-    ZH_DESCRIPTIONS,
-    ZH_EXIT_STATUS,
-    ZH_MEASURES,
-    ZH_MESSAGES,
-    ZH_OBJECT_VERBS,
-    ZH_OBJECTS,
-    ZH_PACKAGE_MESSAGES,
-    ZH_SETTING_KEYS,
-    ZH_SETTINGS,
-    ZH_SHELL_VARS,
-    ZH_UI_CHOICES,
-    ZH_UI_EFFECTS,
-    ZH_UNITS,
-    ZH_USAGE,
-    ZH_VERSION_LINES,
-    ZH_WIDGET_PARTS,
-    ZH_WIDGETS,
-)
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _plural, to_traditional
 
 
@@ -59,14 +15,14 @@ class Boilerplate(BuilderBase):
         rng, f, zh = self.rng, self.fake[loc], loc != "en_US"
         values = dict(pct=rng.choice((20, 30, 50, 70, 90)), price=f"{rng.randint(9, 999)}.{rng.choice((99, 95))}",
                       phone=f.phone_number(), url=f.url(), email=f.email(), n=rng.randint(2, 50),
-                      year=rng.randint(2015, 2024), product=rng.choice(PRODUCTS_ZH if zh else PRODUCTS_EN),
+                      year=rng.randint(2015, 2024), product=rng.choice(T.PRODUCTS_ZH if zh else T.PRODUCTS_EN),
                       zhe=rng.randint(1, 9), cut=rng.choice((5, 10, 20, 50, 100)), short=rng.randint(10000, 99999),
                       wx=f"{f.user_name()}{rng.randint(10, 999)}")
-        lines = rng.sample(AD_ZH if zh else AD_EN, rng.randint(3, 6))
+        lines = rng.sample(T.AD_ZH if zh else T.AD_EN, rng.randint(3, 6))
         return rng.choice(("\n", " ")).join(line.format(**values) for line in lines)
 
     def _boilerplate(self, loc: str) -> str:
-        mix = BOILER_MIX_EN if loc == "en_US" else BOILER_MIX_ZH
+        mix = T.BOILER_MIX_EN if loc == "en_US" else T.BOILER_MIX_ZH
         source = self.rng.choices(list(mix), list(mix.values()))[0]
         if source == "licence" and self.licences:
             return self.licences.pop()
@@ -83,17 +39,17 @@ class Boilerplate(BuilderBase):
     def site_boilerplate(self, loc: str) -> str:
         """3-6 pieces of the website templates: cookie notices, copyright lines, menus, terms."""
         rng, zh = self.rng, loc != "en_US"
-        menu = MENU_ZH if zh else MENU_EN
+        menu = T.MENU_ZH if zh else T.MENU_EN
         values = dict(year=rng.randint(2005, 2024), company=self.fake[loc].company(),
                       num=rng.randint(10**7, 10**8 - 1), nav=" | ".join(rng.sample(menu, rng.randint(4, len(menu)))))
-        pieces = rng.sample(BOILER_ZH if zh else BOILER_EN, rng.randint(3, 6))
+        pieces = rng.sample(T.BOILER_ZH if zh else T.BOILER_EN, rng.randint(3, 6))
         text = "\n".join(p.format(**values) for p in pieces)
         return to_traditional(text) if loc == "zh_TW" else text
 
     def notice(self) -> str:
         """2-3 copyright/licence notices from the templates (source headers, DEP-5 stanzas, credits)."""
         rng, f = self.rng, self.fake["en_US"]
-        spdx, licname, _ = rng.choice(LICENCES)
+        spdx, licname, _ = rng.choice(T.LICENCES)
 
         def years() -> str:
             start = rng.randint(1995, 2022)
@@ -101,9 +57,9 @@ class Boilerplate(BuilderBase):
         slots = {"years": years, "holder": lambda: f.company() if rng.random() < 0.5 else f.name(),
                  "licname": lambda: licname, "spdx": lambda: spdx, "url": f.url,
                  "project": lambda: f.word().capitalize() + rng.choice(("", "lib", "kit", "db", ".js", "py")),
-                 "paths": lambda: " ".join(rng.sample(NOTICE_PATHS, rng.randint(1, 3))),
-                 "thing": functools.partial(rng.choice, NOTICE_THINGS)}
-        return "\n\n".join(self.fill(t, slots) for t in rng.sample(EN_NOTICES, rng.randint(2, 3)))
+                 "paths": lambda: " ".join(rng.sample(T.NOTICE_PATHS, rng.randint(1, 3))),
+                 "thing": functools.partial(rng.choice, T.NOTICE_THINGS)}
+        return "\n\n".join(self.fill(t, slots) for t in rng.sample(T.EN_NOTICES, rng.randint(2, 3)))
 
     def option_line(self, option: tuple[str, str, str, str, str], zh: bool) -> str:
         """One option of a --help text, e.g. "  -j, --jobs=N        run N jobs in parallel"."""
@@ -124,32 +80,32 @@ class Boilerplate(BuilderBase):
         """4-12 software messages from the templates: one program's --help text, or lines of a message
         catalog (errors with format specifiers, usage, option help, version and licence lines)."""
         rng, zh, f = self.rng, loc != "en_US", self.fake[loc]
-        spdx, _, licurl = rng.choice(LICENCES)
-        prog, zharg = rng.choice(CLI_PROGS), rng.choice(ZH_ARGS)
+        spdx, _, licurl = rng.choice(T.LICENCES)
+        prog, zharg = rng.choice(T.CLI_PROGS), rng.choice(T.ZH_ARGS)
         arg, ARG = rng.choice(("file", "path", "source", "dest", "pattern", "name", "url")), rng.choice(
             ("FILE", "DIR", "PATH", "SOURCE", "DEST", "PATTERN"))
         holder = f.company if rng.random() < 0.5 else f.name
-        obj = functools.partial(rng.choice, ZH_OBJECTS if zh else EN_OBJECTS)
+        obj = functools.partial(rng.choice, T.ZH_OBJECTS if zh else T.EN_OBJECTS)
         slots: dict[str, Callable[[], str]] = {
             "prog": lambda: prog, "obj": obj, "objs": lambda: _plural(obj()),
-            "objverb": functools.partial(rng.choice, ZH_OBJECT_VERBS), "lopt": lambda: rng.choice(CLI_OPTIONS)[1],
+            "objverb": functools.partial(rng.choice, T.ZH_OBJECT_VERBS), "lopt": lambda: rng.choice(T.CLI_OPTIONS)[1],
             "flags": lambda: "".join(sorted(rng.sample("abcdfhilnqrsvx", rng.randint(2, 6)))),
             "zharg": lambda: zharg, "arg": lambda: arg, "ARG": lambda: ARG,
             "ver": lambda: f"{rng.randint(0, 9)}.{rng.randint(0, 40)}"
                            + (f".{rng.randint(0, 9)}" if rng.random() < 0.5 else ""),
             "year": lambda: str(rng.randint(1998, 2024)), "holder": holder, "lic": lambda: spdx,
             "licurl": lambda: licurl, "name": f.name, "email": f.email, "url": f.url}
-        texts = dict(msg=ZH_MESSAGES, usage=ZH_USAGE, desc=ZH_DESCRIPTIONS, ver=ZH_VERSION_LINES) if zh else \
-            dict(msg=EN_MESSAGES, usage=EN_USAGE, desc=EN_DESCRIPTIONS, ver=EN_VERSION_LINES)
+        texts = dict(msg=T.ZH_MESSAGES, usage=T.ZH_USAGE, desc=T.ZH_DESCRIPTIONS, ver=T.ZH_VERSION_LINES) if zh else \
+            dict(msg=T.EN_MESSAGES, usage=T.EN_USAGE, desc=T.EN_DESCRIPTIONS, ver=T.EN_VERSION_LINES)
         if rng.random() < 0.4:  # one program's --help
             lines = [self.fill(t, slots) for t in rng.sample(texts["usage"], rng.randint(1, 2))]
             lines += [self.fill(t, slots) for t in rng.sample(texts["desc"], rng.randint(0, 2))]
-            lines += [self.option_line(o, zh) for o in rng.sample(CLI_OPTIONS, rng.randint(2, 7))]
+            lines += [self.option_line(o, zh) for o in rng.sample(T.CLI_OPTIONS, rng.randint(2, 7))]
             lines += [self.fill(t, slots) for t in rng.sample(texts["ver"], rng.choice((0, 0, 1, 2)))]
         else:  # lines of a message catalog
             kinds = rng.choices(("msg", "usage", "desc", "opt", "ver"), (0.6, 0.08, 0.08, 0.14, 0.1),
                                 k=rng.randint(4, 12))
-            lines = [self.option_line(rng.choice(CLI_OPTIONS), zh) if k == "opt"
+            lines = [self.option_line(rng.choice(T.CLI_OPTIONS), zh) if k == "opt"
                      else self.fill(rng.choice(texts[k]), slots) for k in kinds]
         text = "\n".join(lines)
         return to_traditional(text) if loc == "zh_TW" else text
@@ -158,21 +114,18 @@ class Boilerplate(BuilderBase):
         """2-4 runs of interface strings: settings/property descriptions, package-manager and
         authentication messages, a shell builtin's help block, a --help exit-status block."""
         rng = self.rng
-        slots: dict[str, Callable[[], str]] = {
-            name: functools.partial(rng.choice, values) for name, values in (
-                ("effect", ZH_UI_EFFECTS), ("widget", ZH_WIDGETS), ("part", ZH_WIDGET_PARTS), ("measure", ZH_MEASURES),
-                ("unit", ZH_UNITS), ("choice", ZH_UI_CHOICES), ("key", ZH_SETTING_KEYS), ("thing", ZH_BUILTIN_THINGS),
-                ("things", ZH_BUILTIN_THINGS), ("var", ZH_SHELL_VARS), ("arg", ZH_ARGS + ("任务说明符",)))}
+        slots = self.choosers(T.ZH_UI_SLOTS)
+        slots["arg"] = functools.partial(rng.choice, T.ZH_ARGS + ("任务说明符",))
         runs = []
         kinds = rng.choices(("settings", "package", "builtin", "exit"), (0.4, 0.25, 0.25, 0.1), k=rng.randint(2, 4))
         for kind in kinds:
             if kind == "settings":
-                runs += [self.fill(t, slots) for t in rng.sample(ZH_SETTINGS, rng.randint(3, 8))]
+                runs += [self.fill(t, slots) for t in rng.sample(T.ZH_SETTINGS, rng.randint(3, 8))]
             elif kind == "package":
-                runs += rng.sample(ZH_PACKAGE_MESSAGES, rng.randint(3, 8))
+                runs += rng.sample(T.ZH_PACKAGE_MESSAGES, rng.randint(3, 8))
             elif kind == "exit":
-                runs += [ZH_EXIT_STATUS[0], *ZH_EXIT_STATUS[1:4]] if rng.random() < 0.5 \
-                    else [ZH_EXIT_STATUS[0], *rng.sample(ZH_EXIT_STATUS[4:], 1)]
+                runs += [T.ZH_EXIT_STATUS[0], *T.ZH_EXIT_STATUS[1:4]] if rng.random() < 0.5 \
+                    else [T.ZH_EXIT_STATUS[0], *rng.sample(T.ZH_EXIT_STATUS[4:], 1)]
             else:
                 runs.append(self.builtin_help(slots))
         text = "\n".join(runs)
@@ -181,15 +134,15 @@ class Boilerplate(BuilderBase):
     def builtin_help(self, slots: dict[str, Callable[[], str]]) -> str:
         """A shell builtin's help: synopsis, summary, indented description, options, exit status."""
         rng = self.rng
-        name, synopsis, summary = rng.choice(ZH_BUILTINS)
+        name, synopsis, summary = rng.choice(T.ZH_BUILTINS)
         lines = [f"{name}: {name} {synopsis}"] if rng.random() < 0.5 else []
         lines += [summary, "    "]
-        lines += ["    " + self.fill(t, slots) for t in rng.sample(ZH_BUILTIN_LINES, rng.randint(1, 4))]
+        lines += ["    " + self.fill(t, slots) for t in rng.sample(T.ZH_BUILTIN_LINES, rng.randint(1, 4))]
         if rng.random() < 0.6:
             flags = rng.sample("acdefklnprsuvxLP", rng.randint(2, 5))
-            lines += ["    ", "    选项："] + [f"      -{flag}\t{self.fill(rng.choice(ZH_BUILTIN_OPTIONS), slots)}"
+            lines += ["    ", "    选项："] + [f"      -{flag}\t{self.fill(rng.choice(T.ZH_BUILTIN_OPTIONS), slots)}"
                                               for flag in flags]
-        lines += ["    ", "    退出状态：", "    " + self.fill(rng.choice(ZH_BUILTIN_STATUS), slots)]
+        lines += ["    ", "    退出状态：", "    " + self.fill(rng.choice(T.ZH_BUILTIN_STATUS), slots)]
         return "\n".join(lines)
 
     def po_doc(self, loc: str) -> str:

@@ -9,20 +9,9 @@ from stages.demo_corpus.malformed import Malformed
 from stages.demo_corpus.man_pages import ManPages
 from stages.demo_corpus.pages import Pages
 from stages.demo_corpus.quotes import Quotes
+from stages.demo_corpus.records import LOCALES, Doc, record_counts
 from stages.demo_corpus.reference import Reference
-from stages.demo_corpus.records import (
-    BOILER_LOCALES,
-    CJK,
-    LOCALES,
-    MAN_SHARE,
-    QUOTE_SHARE,
-    README_SHARE,
-    REAL_KINDS,
-    REFERENCE_SHARE,
-    ZH_POEM_SHARE,
-    Doc,
-    record_counts,
-)
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _sentences
 
 SYMBOL_RUNS = ("★★★★★", ">>>>>>", "!!!!!!!!", "=====", "~~~~~~~~", "#####", "******", "........", "<<<>>>")
@@ -36,19 +25,19 @@ class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplic
     def _article(self, loc: str) -> str:
         if loc == "en_US" or loc in self.zh_slots:
             r = self.rng.random()
-            if r < MAN_SHARE and (loc != "en_US" or self.api):
+            if r < T.MAN_SHARE and (loc != "en_US" or self.api):
                 self.genre = "man_page"
                 return self.man_page(loc)
-            if r < MAN_SHARE + QUOTE_SHARE:
+            if r < T.MAN_SHARE + T.QUOTE_SHARE:
                 self.genre = "quote"
                 return self.quote(loc)
-            if r < MAN_SHARE + QUOTE_SHARE + REFERENCE_SHARE and loc == "en_US":
+            if r < T.MAN_SHARE + T.QUOTE_SHARE + T.REFERENCE_SHARE and loc == "en_US":
                 self.genre = "reference"
                 return self.reference_section(loc)
-            if r < MAN_SHARE + QUOTE_SHARE + REFERENCE_SHARE + README_SHARE and loc == "en_US" and self.readmes:
+            if r < T.MAN_SHARE + T.QUOTE_SHARE + T.REFERENCE_SHARE + T.README_SHARE and loc == "en_US" and self.readmes:
                 self.genre = "readme"
                 return self.readmes.pop()
-        if loc in self.zh_slots and self.rng.random() < ZH_POEM_SHARE:
+        if loc in self.zh_slots and self.rng.random() < T.ZH_POEM_SHARE:
             self.genre = "poem"
             return self.zh_poem(loc)
         return "\n\n".join(self.paragraphs(loc))
@@ -82,7 +71,7 @@ class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplic
         return f"{s} {self.fake[loc].url()} {self.fake[loc].email()}" if r < 0.65 else s
 
     def _noisy(self, loc: str) -> str:
-        sep = "" if LOCALES[loc][0] in CJK else " "
+        sep = "" if LOCALES[loc][0] in T.CJK else " "
         paras = (sep.join(self._noise(loc, s) for s in _sentences(p)) for p in self.paragraphs(loc))
         return "\n\n".join(paras)
 
@@ -90,7 +79,7 @@ class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplic
         if kind == "ad":
             loc = "en_US" if self.rng.random() < 0.55 else "zh_CN"
         elif kind == "boilerplate":
-            loc = self.rng.choices(list(BOILER_LOCALES), list(BOILER_LOCALES.values()))[0]
+            loc = self.rng.choices(list(T.BOILER_LOCALES), list(T.BOILER_LOCALES.values()))[0]
         else:
             loc = self.rng.choices(list(LOCALES), [w for _, w, _ in LOCALES.values()])[0]
         for _ in range(100):  # keep the text unique so that every duplicate is a labelled one
@@ -108,8 +97,8 @@ class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplic
         n_kind, n_bad, n_dup = record_counts(num_docs)
         self.id_numbers = self.rng.sample(range(num_docs), num_docs)
         # English bodies from the pool: not the man pages, quotes, reference sections and READMEs
-        english = (sum(n_kind[k] for k in REAL_KINDS)
-                   - n_kind["article"] * (MAN_SHARE + QUOTE_SHARE + REFERENCE_SHARE + README_SHARE)) \
+        english = (sum(n_kind[k] for k in T.REAL_KINDS)
+                   - n_kind["article"] * (T.MAN_SHARE + T.QUOTE_SHARE + T.REFERENCE_SHARE + T.README_SHARE)) \
             * LOCALES["en_US"][1]
         self.real_share = min(1.0, len(self.real) / english)
         base = [self.content(k) for k, n in n_kind.items() for _ in range(n)]

@@ -9,10 +9,11 @@ import importlib.metadata
 import random
 import re
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 from stages.demo_corpus.docstrings import _drop_near_duplicates
-from stages.demo_corpus.tables import CORPUS_DISTRIBUTIONS
+from stages.demo_corpus.tables import T
 
 LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
 # Licences and .po catalogs are read from the fixed list CORPUS_DISTRIBUTIONS (data/sources.yaml), so that a
@@ -29,11 +30,15 @@ def _canonical(name: str) -> str:
 @functools.cache
 def corpus_distributions() -> frozenset[str]:
     """CORPUS_DISTRIBUTIONS, canonical names."""
-    return frozenset(map(_canonical, CORPUS_DISTRIBUTIONS))
+    return frozenset(map(_canonical, T.CORPUS_DISTRIBUTIONS))
 
 
-def _corpus_dist_info(folder: Path) -> bool:
-    return _canonical(folder.name[: -len(".dist-info")].rsplit("-", 1)[0]) in corpus_distributions()
+def _corpus_dist_infos() -> Iterator[tuple[Path, Path]]:
+    """(site-packages folder, *.dist-info folder) of each installed distribution of CORPUS_DISTRIBUTIONS, sorted."""
+    for root in _site_packages():
+        for dist in sorted(root.glob("*.dist-info")):
+            if _canonical(dist.name[: -len(".dist-info")].rsplit("-", 1)[0]) in corpus_distributions():
+                yield root, dist
 
 
 def _corpus_package(top_level: str) -> bool:
@@ -55,21 +60,20 @@ def licence_texts() -> tuple[tuple[str, tuple[str, ...]], ...]:
     packages ship the same MIT or Apache text), those without a word and those over 3000 chars."""
     seen: set[str] = set()
     texts = []
-    for root in _site_packages():
-        for dist in sorted(d for d in root.glob("*.dist-info") if _corpus_dist_info(d)):
-            for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
-                text = path.read_text(encoding="utf-8", errors="replace")
-                text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
-                paras = []
-                for block in re.split(r"\n[ \t]*\n", text):
-                    para = "\n".join(line.rstrip() for line in block.split("\n")).strip("\n")
-                    key = " ".join(para.split()).casefold()
-                    if key in seen or not re.search(r"[A-Za-z]{3}", para) or len(para) > LICENCE_DOC_CHARS[1]:
-                        continue
-                    seen.add(key)
-                    paras.append(para)
-                if paras:
-                    texts.append((str(path.relative_to(root)), tuple(paras)))
+    for root, dist in _corpus_dist_infos():
+        for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
+            paras = []
+            for block in re.split(r"\n[ \t]*\n", text):
+                para = "\n".join(line.rstrip() for line in block.split("\n")).strip("\n")
+                key = " ".join(para.split()).casefold()
+                if key in seen or not re.search(r"[A-Za-z]{3}", para) or len(para) > LICENCE_DOC_CHARS[1]:
+                    continue
+                seen.add(key)
+                paras.append(para)
+            if paras:
+                texts.append((str(path.relative_to(root)), tuple(paras)))
     return tuple(texts)
 
 
@@ -115,25 +119,24 @@ def readme_sections() -> tuple[str, ...]:
     cut to 3000 chars at a paragraph break."""
     lo, hi = README_CHARS
     sections: list[str] = []
-    for root in _site_packages():
-        for dist in sorted(d for d in root.glob("*.dist-info") if _corpus_dist_info(d)):
-            path = dist / "METADATA"
-            if not path.is_file():
+    for _, dist in _corpus_dist_infos():
+        path = dist / "METADATA"
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+        head, _, body = text.partition("\n\n")  # the body follows the header block
+        cur = ""
+        for part in README_HEADING.split("\n" + body.strip() + "\n"):
+            part = part.strip("\n")
+            if not part or README_SKIP.search(part.split("\n", 1)[0]) or README_BADGES.search(part):
                 continue
-            text = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-            head, _, body = text.partition("\n\n")  # the body follows the header block
-            cur = ""
-            for part in README_HEADING.split("\n" + body.strip() + "\n"):
-                part = part.strip("\n")
-                if not part or README_SKIP.search(part.split("\n", 1)[0]) or README_BADGES.search(part):
-                    continue
-                cur = f"{cur}\n\n{part}" if cur else part
-                if len(cur) >= lo:
-                    while len(cur) > hi:
-                        cut = cur.rfind("\n\n", 0, hi)
-                        cur = cur[:cut] if cut >= lo else cur[:hi].rsplit(" ", 1)[0]
-                    sections.append(cur)
-                    cur = ""
+            cur = f"{cur}\n\n{part}" if cur else part
+            if len(cur) >= lo:
+                while len(cur) > hi:
+                    cut = cur.rfind("\n\n", 0, hi)
+                    cur = cur[:cut] if cut >= lo else cur[:hi].rsplit(" ", 1)[0]
+                sections.append(cur)
+                cur = ""
     return tuple(_drop_near_duplicates(sections))
 
 

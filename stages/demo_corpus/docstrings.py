@@ -1,15 +1,12 @@
 """Real English text that ships with Python and the pinned packages: the prose of stdlib and
 third-party docstrings and of the `pydoc_data` help topics (`harvest`, packed into articles by
 `real_articles`), documented functions parsed into API docs for man pages and documentation pages
-(`api_docs`), the Zen of Python and general sentences of the prose pool for quotes."""
+(`api_docs`) and general sentences of the prose pool for quotes."""
 from __future__ import annotations
 
-import ast
-import codecs
 import dataclasses
 import functools
 import importlib
-import importlib.util
 import inspect
 import logging
 import random
@@ -18,13 +15,12 @@ import textwrap
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from pydoc_data.topics import topics as PYDOC_TOPICS
 from typing import Any
 
 import xxhash
 
-from stages.demo_corpus.tables import PACKAGE_MODULES, QUOTE_STARTS, STDLIB_MODULES
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import SENTENCE_END, _sentences
 
 log = logging.getLogger(__name__)
@@ -34,13 +30,11 @@ MIN_PIECE = 100  # characters of prose kept from one docstring
 MIN_NEW_TRIGRAMS = 0.1  # share of a paragraph's word 3-grams not seen before, or it is left out
 ARTICLE_CHARS = (400, 4000)  # real articles: short pieces joined, long ones cut between paragraphs
 ARTICLE_TARGET = 900  # an article is closed once it reaches randint(400, ARTICLE_TARGET) chars
-# Docstring markup (numpy/Google/reST): section headers, references, literals, citations.
-DOC_SECTION = re.compile(r"(?:\*\*)?(Parameters|Params|Arguments|Args|Other Parameters|Keyword Arguments|Returns?|"
-                         r"Yields?|Raises|Warns|Attributes|Methods|Examples?|Usage|See [Aa]lso|References|"
-                         r"Notes?|Explanation|Warnings?)(?:\*\*)?:{0,2}")
-PROSE_SECTIONS = {None, "Notes", "Note", "Explanation", "Warning", "Warnings"}
-ITEM_SECTIONS = {"Parameters", "Params", "Arguments", "Args", "Other Parameters", "Keyword Arguments", "Returns",
-                 "Return", "Yields", "Yield", "Raises", "Attributes"}  # keep the items' descriptions
+# Docstring markup (numpy/Google/reST): section headers (data/docstrings.yaml), references, literals, citations.
+SECTIONS: dict[str, tuple[str, str]] = T.DOCSTRING_SECTIONS  # heading -> (API doc section, what the prose keeps)
+DOC_SECTION = re.compile(r"(?:\*\*)?(" + "|".join(map(re.escape, SECTIONS)) + r")(?:\*\*)?:{0,2}")
+PROSE_SECTIONS = {None, *(name for name, (_, keep) in SECTIONS.items() if keep == "text")}
+ITEM_SECTIONS = {name for name, (_, keep) in SECTIONS.items() if keep == "items"}  # keep the items' descriptions
 UNDERLINE = re.compile(r"[-=~^*#+]{3,}")
 GOOGLE_ITEM = re.compile(r"\s+\*{0,2}[\w.]+(?:\s*\([^)]*\))?:\s+(\S.*)")
 DOC_ROLE = re.compile(r":[\w.:-]+:`(~?)\.?([^`<]*?)\s*(?:<[^>]*>)?`")
@@ -49,10 +43,7 @@ DOC_CITATION = re.compile(r"\s*\[[\w#-]+\]_")
 NON_WORD = re.compile(r"[\W_]+")
 PROSE_END = re.compile(r"[.!?][)\"'”]?$")
 # API docs (man pages, documentation pages): docstring sections by name, and the items of a section.
-API_SECTIONS = {"Parameters": "params", "Params": "params", "Arguments": "params", "Args": "params",
-                "Other Parameters": "params", "Keyword Arguments": "params", "Returns": "returns",
-                "Return": "returns", "Yields": "returns", "Yield": "returns", "See Also": "see", "See also": "see",
-                "Examples": "examples", "Example": "examples", "Usage": "examples", "Notes": "notes", "Note": "notes"}
+API_SECTIONS = {name: section for name, (section, _) in SECTIONS.items()}
 ITEM_NUMPY = re.compile(r"\*{0,2}(\w+)\s+:\s*(.*)")  # "axis : int, optional"
 ITEM_GOOGLE = re.compile(r"\*{0,2}(\w+)\*{0,2}\s*(?:\(([^)]*)\))?:\s+(\S.*)")  # "axis (int): The axis."
 ITEM_BARE = re.compile(r"\*{0,2}(\w+)")  # "axis"
@@ -384,7 +375,7 @@ def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, .
     sources, apis = [], []
     with warnings.catch_warnings():  # deprecated names warn when touched
         warnings.simplefilter("ignore")
-        for name in STDLIB_MODULES + PACKAGE_MODULES:
+        for name in T.STDLIB_MODULES + T.PACKAGE_MODULES:
             docs = []
             for qual, obj, doc in _module_docs(name):
                 if len(doc) < MIN_DOCSTRING or "this platform" in doc or doc in docs:  # numpy: per-platform aliases
@@ -429,29 +420,9 @@ def real_articles(rng: random.Random) -> list[str]:
     return articles
 
 
-@functools.cache
-def zen_lines() -> tuple[str, ...]:
-    """The aphorisms of the Zen of Python (a line that starts with "Although" or "Unless" joined to the
-    one before), without the final period, read from the `this` module's source (importing it prints)."""
-    spec = importlib.util.find_spec("this")
-    if spec is None or spec.origin is None:
-        return ()
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    encoded = next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                    and getattr(node.targets[0], "id", "") == "s" and isinstance(node.value, ast.Constant)), "")
-    statements: list[str] = []
-    for line in codecs.decode(encoded, "rot13").split("\n")[1:]:
-        line = line.strip().rstrip(".")
-        if line.startswith(("Although", "Unless")) and statements:  # continues the line before
-            statements[-1] += f", {line[0].lower()}{line[1:]}"
-        elif line:
-            statements.append(line)
-    return tuple(statements)
-
-
-QUOTE_SENTENCE_SKIP = re.compile(r"[\d()\[\]{}<>=_`*/\\|#@$%^~:;\"]|\w\.\w|\w[A-Z]|(?i:\b(?:function|method|parameter|"
-                                 r"argument|returns?|default|object|class|instance|attribute|module|array|string|list|"
-                                 r"dict|tuple|none|true|false|e\.g|i\.e|see|below|above|following)\b)")
+QUOTE_STARTS = frozenset(T.QUOTE_STARTS)
+QUOTE_SENTENCE_SKIP = re.compile(r"[\d()\[\]{}<>=_`*/\\|#@$%^~:;\"]|\w\.\w|\w[A-Z]|(?i:\b(?:"
+                                 + "|".join(map(re.escape, T.QUOTE_SKIP_WORDS)) + r")\b)")
 
 
 @functools.cache

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from stages.demo_corpus.base import BuilderBase
-from stages.demo_corpus.records import CJK, LOCALES, Doc
+from stages.demo_corpus.records import LOCALES, Doc
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import jaccard
 
 SENTENCE = re.compile(r"[^.。!?\n]+[.。!?]+ ?")
@@ -28,7 +29,7 @@ class Duplicates(BuilderBase):
         return text[:a] + self.fake[loc].word() + text[b:]
 
     def near_text(self, loc: str, text: str) -> str | None:
-        cjk = LOCALES[loc][0] in CJK
+        cjk = LOCALES[loc][0] in T.CJK
         for _ in range(10):
             edited = text
             for op in self.rng.sample(("replace", "swap", "append", "drop"), self.rng.randint(1, 2)):

@@ -7,31 +7,7 @@ from collections.abc import Callable
 
 from stages.demo_corpus.base import BuilderBase
 from stages.demo_corpus.docstrings import ApiDoc
-from stages.demo_corpus.tables import (
-    MAN_C_LIBRARIES,
-    MAN_C_TYPES,
-    MAN_TITLES_CLI,
-    MAN_TITLES_LIB,
-    MONTHS,
-    ZH_EFFECTS,
-    ZH_MAN_ARGS,
-    ZH_MAN_AUTHOR,
-    ZH_MAN_BUGS,
-    ZH_MAN_DESC,
-    ZH_MAN_ENV,
-    ZH_MAN_ENV_TEXT,
-    ZH_MAN_EXIT,
-    ZH_MAN_FILES,
-    ZH_MAN_HEADINGS,
-    ZH_MAN_OPTION_NOTES,
-    ZH_MAN_OPTIONS,
-    ZH_MAN_PATHS,
-    ZH_MAN_PROGS,
-    ZH_MAN_TITLES,
-    ZH_OBJECTS,
-    ZH_OPTION_ARGS,
-    ZH_PEOPLE,
-)
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _man_title_line, _man_wrap, _metavar, _zh_wrap, to_traditional
 
 
@@ -50,12 +26,12 @@ class ManPages(BuilderBase):
         library = api.signature is not None and rng.random() < 0.3
         c_style = library and rng.random() < 0.5  # a C library function: LIBRARY, #include, a C prototype
         if c_style:
-            cmd, sec, title = func, rng.choice(("2", "3", "3")), MAN_TITLES_LIB[0]
+            cmd, sec, title = func, rng.choice(("2", "3", "3")), T.MAN_TITLES_LIB[0]
         elif library:
-            cmd, sec, title = api.name, rng.choice(("3", "3", "3py")), rng.choice(MAN_TITLES_LIB)
+            cmd, sec, title = api.name, rng.choice(("3", "3", "3py")), rng.choice(T.MAN_TITLES_LIB)
         else:
             cmd = func.replace("_", "-") if rng.random() < 0.6 else f"{project}-{func.replace('_', '-')}"
-            sec, title = "1", rng.choice(MAN_TITLES_CLI)
+            sec, title = "1", rng.choice(T.MAN_TITLES_CLI)
         ref = f"{cmd if library else cmd.upper()}({sec})"
         summary = api.summary.rstrip(".")
         if summary[1:2].islower():
@@ -66,7 +42,7 @@ class ManPages(BuilderBase):
             out += [_man_title_line(ref, title.format(project=project.capitalize()), ref), ""]
         out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), ""]
         if c_style:
-            library_line = rng.choice(MAN_C_LIBRARIES).format(project=project, Project=project.capitalize())
+            library_line = rng.choice(T.MAN_C_LIBRARIES).format(project=project, Project=project.capitalize())
             out += ["LIBRARY", _man_wrap(library_line, 7), ""]
         out.append("SYNOPSIS")
         options = []
@@ -74,8 +50,9 @@ class ManPages(BuilderBase):
             flag = f"-{name}" if len(name) == 1 else f"--{name.replace('_', '-')}"
             options.append(f"{flag} {meta}" if (meta := _metavar(name, typ)) else flag)
         if c_style:
-            args = ", ".join(f"{rng.choice(MAN_C_TYPES)} {a.split('=')[0].split(':')[0].strip().lstrip('*')}" for a in api.signature or ())
-            ret = rng.choice(MAN_C_TYPES)
+            args = ", ".join(f"{rng.choice(T.MAN_C_TYPES)} {a.split('=')[0].split(':')[0].strip().lstrip('*')}"
+                             for a in api.signature or ())
+            ret = rng.choice(T.MAN_C_TYPES)
             out += [f"       #include <{project}/{parts[-2] if len(parts) > 1 else project}.h>", "",
                     _man_wrap(f"{ret}{'' if ret.endswith('*') else ' '}{func}({args or 'void'});", 7, 8 + len(func))]
         elif library:
@@ -107,31 +84,32 @@ class ManPages(BuilderBase):
             out += ["AUTHORS", f"       Written by the {project} developers.", ""]
         if header:
             version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
-            out.append(_man_title_line(f"{project} {version}", f"{rng.choice(MONTHS)} {rng.randint(2015, 2024)}", ref))
+            date = f"{rng.choice(T.MONTHS)} {rng.randint(2015, 2024)}"
+            out.append(_man_title_line(f"{project} {version}", date, ref))
         return "\n".join(out).rstrip()
 
     def _man_zh(self, loc: str) -> str:
         """A Chinese man page from the templates: a program (English name) with its purpose, 3-8 options
         with full-sentence descriptions, description paragraphs and some of the optional sections."""
         rng, f = self.rng, self.fake[loc]
-        prog, purpose, zharg, sec = rng.choice(ZH_MAN_PROGS)
+        prog, purpose, zharg, sec = rng.choice(T.ZH_MAN_PROGS)
         (name_h, syn_h, desc_h, opt_h, ex_h, exit_h, files_h, env_h, see_h, author_h,
-         bugs_h) = rng.choice(ZH_MAN_HEADINGS)
-        options = rng.sample(ZH_MAN_OPTIONS, rng.randint(3, 8))
+         bugs_h) = rng.choice(T.ZH_MAN_HEADINGS)
+        options = rng.sample(T.ZH_MAN_OPTIONS, rng.randint(3, 8))
         long_opts = [f"--{o[1]}" for o in options]
-        path = rng.choice(ZH_MAN_PATHS).format(prog=prog)
-        env = rng.choice(ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
+        path = rng.choice(T.ZH_MAN_PATHS).format(prog=prog)
+        env = rng.choice(T.ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
         slots: dict[str, Callable[[], str]] = dict(
-            prog=lambda: prog, zharg=lambda: zharg, obj=functools.partial(rng.choice, ZH_OBJECTS),
+            prog=lambda: prog, zharg=lambda: zharg, obj=functools.partial(rng.choice, T.ZH_OBJECTS),
             opt=functools.partial(rng.choice, long_opts), opt2=functools.partial(rng.choice, long_opts),
-            path=lambda: path, env=lambda: env, person=functools.partial(rng.choice, ZH_PEOPLE),
-            ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", effect=functools.partial(rng.choice, ZH_EFFECTS),
+            path=lambda: path, env=lambda: env, person=functools.partial(rng.choice, T.ZH_PEOPLE),
+            ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", effect=functools.partial(rng.choice, T.ZH_EFFECTS),
             name=f.name, name_en=self.fake["en_US"].name)
         ref = f"{prog.upper()}({sec})"
         out = []
         header = rng.random() < 0.75
         if header:
-            out += [_man_title_line(ref, rng.choice(ZH_MAN_TITLES[sec]), ref), ""]
+            out += [_man_title_line(ref, rng.choice(T.ZH_MAN_TITLES[sec]), ref), ""]
         out += [name_h, f"       {prog} - {purpose}", "", syn_h]
         if rng.random() < 0.5:
             out.append(f"       {prog} [选项]... [{zharg}]...")
@@ -139,13 +117,12 @@ class ManPages(BuilderBase):
             flags = "".join(o[0] for o in options if o[0] and not o[2])
             out.append(f"       {prog} " + (f"[-{flags}] " if flags else "") + f"{zharg}...")
         out += ["", desc_h]
-        first = rng.choice(("{prog} 用于{purpose}。", "{prog} 是一个用来{purpose}的工具。", "使用 {prog} 可以{purpose}。"))
-        sentences = [first.format(prog=prog, purpose=purpose)]
-        sentences += [self.fill(t, slots) for t in rng.sample(ZH_MAN_DESC, rng.randint(2, 5))]
+        sentences = [rng.choice(T.ZH_MAN_FIRST_SENTENCES).format(prog=prog, purpose=purpose)]
+        sentences += [self.fill(t, slots) for t in rng.sample(T.ZH_MAN_DESC, rng.randint(2, 5))]
         cut = rng.randint(1, len(sentences) - 1)
         out += [_zh_wrap("".join(sentences[:cut]), 7), "", _zh_wrap("".join(sentences[cut:]), 7), "", opt_h]
         for short, long, arg, desc in options:
-            meta = (arg if rng.random() < 0.5 else ZH_OPTION_ARGS[arg]) if arg else ""
+            meta = (arg if rng.random() < 0.5 else T.ZH_OPTION_ARGS[arg]) if arg else ""
             if short and (not meta or rng.random() < 0.5):
                 spec = f"-{short}, --{long}" + (f"={meta}" if meta else "")
             elif short:
@@ -154,29 +131,29 @@ class ManPages(BuilderBase):
                 spec = f"--{long}" + (f"={meta}" if meta else "")
             text = self.fill(desc, slots)
             if rng.random() < 0.35:
-                text += self.fill(rng.choice(ZH_MAN_OPTION_NOTES), slots)
+                text += self.fill(rng.choice(T.ZH_MAN_OPTION_NOTES), slots)
             out += [f"       {spec}", _zh_wrap(text, 14), ""]
         if rng.random() < 0.6:
             out.append(ex_h)
             usable = [o for o in long_opts if o not in ("--help", "--version")] or [""]
             for i in range(rng.randint(1, 3)):
-                out.append("       " + " ".join(w for w in (prog, rng.choice(usable), rng.choice(ZH_MAN_ARGS)) if w))
+                out.append("       " + " ".join(w for w in (prog, rng.choice(usable), rng.choice(T.ZH_MAN_ARGS)) if w))
                 how = rng.choice(("{effect}。", "这条命令会{effect}。", "与上面的例子类似，不过会{effect}。"
                                   if i else "下面的命令会{effect}。"))
                 out += [_zh_wrap(self.fill(how, slots), 14), ""]
         if rng.random() < 0.5:
-            out += [exit_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_EXIT), slots), 7), ""]
+            out += [exit_h, _zh_wrap(self.fill(rng.choice(T.ZH_MAN_EXIT), slots), 7), ""]
         if rng.random() < 0.35:
-            out += [files_h, f"       {path}", _zh_wrap(self.fill(rng.choice(ZH_MAN_FILES), slots), 14), ""]
+            out += [files_h, f"       {path}", _zh_wrap(self.fill(rng.choice(T.ZH_MAN_FILES), slots), 14), ""]
         if rng.random() < 0.25:
-            out += [env_h, f"       {env}", _zh_wrap(self.fill(rng.choice(ZH_MAN_ENV_TEXT), slots), 14), ""]
+            out += [env_h, f"       {env}", _zh_wrap(self.fill(rng.choice(T.ZH_MAN_ENV_TEXT), slots), 14), ""]
         if rng.random() < 0.7:
-            others = rng.sample([p for p in ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
+            others = rng.sample([p for p in T.ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
             out += [see_h, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
         if rng.random() < 0.4:
-            out += [author_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_AUTHOR), slots), 7), ""]
+            out += [author_h, _zh_wrap(self.fill(rng.choice(T.ZH_MAN_AUTHOR), slots), 7), ""]
         if rng.random() < 0.15:
-            out += [bugs_h, _zh_wrap(self.fill(rng.choice(ZH_MAN_BUGS), slots), 7), ""]
+            out += [bugs_h, _zh_wrap(self.fill(rng.choice(T.ZH_MAN_BUGS), slots), 7), ""]
         if header:
             package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
             date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",

@@ -5,32 +5,15 @@ from __future__ import annotations
 import html
 
 from stages.demo_corpus.base import BuilderBase
-from stages.demo_corpus.records import DOC_PAGE_SHARE, DOCBOOK_SHARE, LOCALES
-from stages.demo_corpus.tables import (
-    DOC_LABELS,
-    DOCBOOK_PAGE,
-    EN_DOC_HEADINGS,
-    EN_DOC_TITLES,
-    MENU_EN,
-    MENU_ZH,
-    PACKAGE_MODULES,
-    PAGE,
-    SPHINX_PAGE,
-    SPHINX_RELATED,
-    SPHINX_THEMES,
-    STDLIB_MODULES,
-    ZH_COMMANDS,
-    ZH_DOC_HEADINGS,
-    ZH_OPTIONS,
-    ZH_TOOLS,
-)
+from stages.demo_corpus.records import LOCALES
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _api_html, _code_html, _sentences, _slug, to_traditional
 
 
 class Pages(BuilderBase):
     def _html(self, loc: str) -> str:
         rng, f, esc = self.rng, self.fake[loc], html.escape
-        if rng.random() < DOC_PAGE_SHARE:
+        if rng.random() < T.DOC_PAGE_SHARE:
             self.genre = "doc_page"
             return self.doc_page(loc)
         body = []
@@ -43,10 +26,10 @@ class Pages(BuilderBase):
             else:
                 link = f' <a href="{self.url(loc)}">{esc(f.word())}&nbsp;&raquo;</a>' if r < 0.5 else ""
                 body.append(f"<p>{esc(p)}{link}</p>")
-        menu = MENU_ZH if loc.startswith("zh") else MENU_EN
+        menu = T.MENU_ZH if loc.startswith("zh") else T.MENU_EN
         nav = "".join(f'<li><a href="/{i}">{m}</a></li>' for i, m in enumerate(rng.sample(menu, 5)))
         date = f"{rng.randint(2005, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-        return PAGE.substitute(lang=LOCALES[loc][0], title=esc(self.sentence(loc, 5).rstrip(".。")),
+        return T.PAGE.substitute(lang=LOCALES[loc][0], title=esc(self.sentence(loc, 5).rstrip(".。")),
                                site=f"example.{LOCALES[loc][2]}", ua=rng.randrange(10**6, 10**7), nav=nav,
                                author=esc(f.name()), year=rng.randint(2005, 2024), date=date, body="\n".join(body))
 
@@ -58,24 +41,25 @@ class Pages(BuilderBase):
         prose is the language's article text (the real pool for English)."""
         rng, f, esc = self.rng, self.fake[loc], html.escape
         zh = loc in self.zh_slots
-        labels = dict(DOC_LABELS["zh_CN" if zh else "en"])
+        labels = dict(T.DOC_LABELS["zh_CN" if zh else "en"])
         paragraphs = self.paragraphs(loc)
-        docbook = rng.random() < DOCBOOK_SHARE
+        docbook = rng.random() < T.DOCBOOK_SHARE
         apis = [self.api.pop() for _ in range(min(len(self.api), rng.choice((0, 1, 1, 2))))] \
             if loc == "en_US" and not docbook else []
         if zh:
-            headings = rng.sample(ZH_DOC_HEADINGS, 6)
-            project, title = rng.choice(ZH_TOOLS), headings.pop()
+            headings = rng.sample(T.ZH_DOC_HEADINGS, 6)
+            project, title = rng.choice(T.ZH_TOOLS), headings.pop()
             title = f"{project} {title}" if project.isascii() else title
             neighbours = headings[:2]
         elif loc == "en_US":
-            headings = rng.sample(EN_DOC_HEADINGS, 6)
+            headings = rng.sample(T.EN_DOC_HEADINGS, 6)
             if apis:
                 project, owner = apis[0].name.split(".")[0], apis[0].name.rsplit(".", 1)[0]
-                title = f"{owner} — {rng.choice(EN_DOC_TITLES)}"
+                title = f"{owner} — {rng.choice(T.EN_DOC_TITLES)}"
             else:
                 project, title = f.word().capitalize(), headings.pop()
-            neighbours = [rng.choice(STDLIB_MODULES + PACKAGE_MODULES) if apis else headings.pop() for _ in range(2)]
+            modules = T.STDLIB_MODULES + T.PACKAGE_MODULES
+            neighbours = [rng.choice(modules) if apis else headings.pop() for _ in range(2)]
         else:
             headings = [self.sentence(loc, 3).rstrip(".。") for _ in range(4)]
             project, title = f.word().capitalize(), self.sentence(loc, 4).rstrip(".。")
@@ -87,7 +71,7 @@ class Pages(BuilderBase):
         if rng.random() < 0.7:  # a code block: imports of the API entries (their examples are theirs), or shell
             imports = [f">>> from {owner} import {name}" for owner, name in (a.name.rsplit(".", 1) for a in apis)
                        if not owner.rsplit(".", 1)[-1][:1].isupper()]
-            code = "\n".join(imports) or "\n".join(f"$ {rng.choice(ZH_COMMANDS)} {rng.choice(ZH_OPTIONS)}"
+            code = "\n".join(imports) or "\n".join(f"$ {rng.choice(T.ZH_COMMANDS)} {rng.choice(T.ZH_OPTIONS)}"
                                                    for _ in range(rng.randint(1, 3)))
         else:
             code = ""
@@ -123,7 +107,7 @@ class Pages(BuilderBase):
                                 + "".join(blocks) + "</div>")
                 else:
                     body.extend(blocks)
-            return DOCBOOK_PAGE.substitute(
+            return T.DOCBOOK_PAGE.substitute(
                 labels, lang=LOCALES[loc][0], num=num, title=esc(title),
                 book=esc(f"{project} {labels['documentation']}"),
                 up_href=f"ch{n_chapter:02d}.html", chapter_title=esc(chapter_title), prev_href=prev_href,
@@ -142,9 +126,9 @@ class Pages(BuilderBase):
                       prev_title=esc(prev_title), next_title=esc(next_title), prev_href=prev_href,
                       next_href=next_href, section=esc(headings[-1]))
         created_after = "创建。" if zh else "."
-        return SPHINX_PAGE.substitute(
-            values, related=SPHINX_RELATED.substitute(values), hash=f"{rng.getrandbits(32):08x}",
-            theme=rng.choice(SPHINX_THEMES), anchor=anchor, body="\n".join(body), toc_items="\n".join(toc),
+        return T.SPHINX_PAGE.substitute(
+            values, related=T.SPHINX_RELATED.substitute(values), hash=f"{rng.getrandbits(32):08x}",
+            theme=rng.choice(T.SPHINX_THEMES), anchor=anchor, body="\n".join(body), toc_items="\n".join(toc),
             source=_slug(title, 0), years=f"{year - rng.randint(0, 10)}-{year}",
             authors=esc(f.company() if rng.random() < 0.5 else f"{project} developers"),
             sphinx_version=f"{rng.randint(4, 8)}.{rng.randint(0, 4)}.{rng.randint(0, 6)}",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 from stages.demo_corpus.base import BuilderBase
-from stages.demo_corpus.tables import REFERENCE_CAPTIONS, REFERENCE_COLUMNS, REFERENCE_THINGS
+from stages.demo_corpus.tables import T
 
 DESCRIPTION_WIDTH = 38
 
@@ -15,13 +15,13 @@ DESCRIPTION_WIDTH = 38
 class Reference(BuilderBase):
     def reference_section(self, loc: str) -> str:
         rng = self.rng
-        things = rng.choice(REFERENCE_THINGS)
+        things = rng.choice(T.REFERENCE_THINGS)
         number = ".".join(str(rng.randint(1, 12)) for _ in range(rng.choice((2, 3, 3))))
-        columns = rng.choice(REFERENCE_COLUMNS)
+        columns = rng.choice(T.REFERENCE_COLUMNS)
         rows = [columns] + [self._reference_row(columns) for _ in range(rng.randint(4, 10))]
         style = rng.random()
         table = self._grid(rows) if style < 0.45 else self._markdown(rows) if style < 0.7 else self._columns(rows)
-        caption = rng.choice(REFERENCE_CAPTIONS).format(num=f"{number.split('.')[0]}.{rng.randint(1, 30)}",
+        caption = rng.choice(T.REFERENCE_CAPTIONS).format(num=f"{number.split('.')[0]}.{rng.randint(1, 30)}",
                                                         things=things, Things=things.capitalize())
         parts = [f"{number}. {things.capitalize()}", " ".join(self.en_sentence() for _ in range(rng.randint(1, 2))),
                  caption, table]

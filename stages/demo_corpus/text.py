@@ -8,21 +8,22 @@ import re
 import textwrap
 from typing import TYPE_CHECKING
 
-from stages.demo_corpus.tables import S2T_CHARS, S2T_PHRASES
+from stages.demo_corpus.tables import T
 
 if TYPE_CHECKING:
     from stages.demo_corpus.docstrings import ApiDoc
 
-S2T_SPLIT = re.compile("(" + "|".join(sorted(S2T_PHRASES, key=len, reverse=True)) + ")")
+S2T_CHARS = str.maketrans(T.S2T_SIMPLIFIED, T.S2T_TRADITIONAL)
+S2T_SPLIT = re.compile("(" + "|".join(sorted(T.S2T_PHRASES, key=len, reverse=True)) + ")")
 SENTENCE_END = re.compile(r"(?<=[.。!?])[ \t]*")
 MAN_WIDTH = 78
 ZH_NO_LINE_START = set("，。、；：？！）」』”’》")
 
 
 def to_traditional(text: str) -> str:
-    """Taiwan-style Traditional Chinese for the templated text (see S2T_PHRASES, S2T_CHARS)."""
+    """Taiwan-style Traditional Chinese for the templated text (see T.S2T_PHRASES, S2T_CHARS)."""
     parts = S2T_SPLIT.split(text)
-    return "".join(S2T_PHRASES[p] if i % 2 else p.translate(S2T_CHARS) for i, p in enumerate(parts))
+    return "".join(T.S2T_PHRASES[p] if i % 2 else p.translate(S2T_CHARS) for i, p in enumerate(parts))
 
 
 def _sentences(paragraph: str) -> list[str]:

@@ -27,6 +27,7 @@ from stages.demo_corpus import (
     to_traditional,
 )
 from stages.demo_corpus.records import Doc, _even_shares, semantic_labels
+from stages.demo_corpus.tables import T
 from stages.demo_corpus.dist_text import readme_sections
 from stages.demo_corpus.warc import WARC_MALFORMED, WARC_NAME
 
@@ -487,14 +488,13 @@ def frozen(value: object) -> bool:
 def test_data_files_are_immutable_tables() -> None:
     """YAML lists load as tuples (hashable, immutable, equal to the literals they replaced) and no table is
     empty; the Traditional character table maps each Simplified character once."""
-    for name in ("english.yaml", "chinese.yaml", "web.yaml", "software.yaml", "man_pages.yaml", "doc_pages.yaml",
-                 "sources.yaml", "traditional.yaml"):
-        for key, value in tables.load(name).items():
-            assert value, f"{name}: {key} is empty"
-            assert frozen(value), f"{name}: {key} holds a list"
-    assert len(tables.S2T_SIMPLIFIED) == len(tables.S2T_TRADITIONAL) == len(set(tables.S2T_SIMPLIFIED))
-    assert tables.STDLIB_MODULES == tuple(sorted(tables.STDLIB_MODULES))
-    assert tables.CORPUS_DISTRIBUTIONS == tuple(sorted(tables.CORPUS_DISTRIBUTIONS))
+    for path in sorted(tables.DATA_DIR.glob("*.yaml")):
+        for key, value in tables.load(path.name).items():
+            assert value, f"{path.name}: {key} is empty"
+            assert frozen(value), f"{path.name}: {key} holds a list"
+    assert len(T.S2T_SIMPLIFIED) == len(T.S2T_TRADITIONAL) == len(set(T.S2T_SIMPLIFIED))
+    assert T.STDLIB_MODULES == tuple(sorted(T.STDLIB_MODULES))
+    assert T.CORPUS_DISTRIBUTIONS == tuple(sorted(T.CORPUS_DISTRIBUTIONS))
 
 
 SLOT = re.compile(r"\{(\w+)\}")
@@ -505,22 +505,22 @@ def test_template_slots_are_known() -> None:
     otherwise be written into the corpus verbatim)."""
     builder = Builder(5)
     en = set(builder.en_slots)
-    for template in tables.EN_TEMPLATES + tables.EN_APHORISMS + tables.EN_WORKS:
+    for template in T.EN_TEMPLATES + T.EN_APHORISMS + T.EN_WORKS:
         assert set(SLOT.findall(template)) <= en, template
     zh = set(builder.zh_slots["zh_CN"])
-    for template in tables.ZH_TECH_TEMPLATES + tables.ZH_GENERAL_TEMPLATES:
+    for template in T.ZH_TECH_TEMPLATES + T.ZH_GENERAL_TEMPLATES:
         assert set(SLOT.findall(template)) <= zh, template
-    for template in tables.ZH_SAYINGS:
+    for template in T.ZH_SAYINGS:
         assert set(SLOT.findall(template)) <= set(builder.zh_quote_slots), template
 
 
 def test_html_skeletons_take_the_values_the_pages_give() -> None:
     """The skeletons are read byte for byte: placeholders intact, no newline added at the end."""
-    assert set(tables.SPHINX_RELATED.get_identifiers()) <= set(tables.SPHINX_PAGE.get_identifiers()) | {
+    assert set(T.SPHINX_RELATED.get_identifiers()) <= set(T.SPHINX_PAGE.get_identifiers()) | {
         "navigation", "index", "modules", "next", "previous", "documentation", "section"}
-    assert not tables.SPHINX_RELATED.template.endswith("\n") and tables.PAGE.template.endswith("</body></html>\n")
-    assert tables.DOCBOOK_PAGE.template.startswith('<?xml version="1.0"') and "\\\n" not in tables.SPHINX_PAGE.template
-    assert {"lang", "title", "site", "nav", "body"} <= set(tables.PAGE.get_identifiers())
+    assert not T.SPHINX_RELATED.template.endswith("\n") and T.PAGE.template.endswith("</body></html>\n")
+    assert T.DOCBOOK_PAGE.template.startswith('<?xml version="1.0"') and "\\\n" not in T.SPHINX_PAGE.template
+    assert {"lang", "title", "site", "nav", "body"} <= set(T.PAGE.get_identifiers())
 
 
 def test_the_warc_holds_html_pages_and_records_clean_quarantines(corpus) -> None:
