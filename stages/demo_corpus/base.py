@@ -46,17 +46,15 @@ class BuilderBase:
         pool = quote_sentences()
         self.quote_sentences = self.rng.sample(pool, min(len(pool), 2000))  # for English quotes, used once each
         rng, f = self.rng, self.fake["en_US"]
-        self.en_slots: dict[str, Callable[[], str]] = {
-            "noun": lambda: rng.choice(T.EN_NOUNS), "nouns": lambda: _plural(rng.choice(T.EN_NOUNS)),
-            "verb": lambda: rng.choice(T.EN_VERBS), "verbs": lambda: _third_person(rng.choice(T.EN_VERBS)),
-            "past": lambda: _past(rng.choice(T.EN_VERBS)), "adj": lambda: rng.choice(T.EN_ADJECTIVES),
-            "adv": lambda: rng.choice(T.EN_ADVERBS), "name": f.name, "city": f.city, "org": f.company,
-            "month": lambda: rng.choice(T.MONTHS), "weekday": lambda: rng.choice(T.WEEKDAYS),
+        self.en_slots = self.choosers(T.EN_TEMPLATE_SLOTS)
+        self.en_slots.update({
+            "nouns": lambda: _plural(rng.choice(T.EN_NOUNS)), "verbs": lambda: _third_person(rng.choice(T.EN_VERBS)),
+            "past": lambda: _past(rng.choice(T.EN_VERBS)), "name": f.name, "city": f.city, "org": f.company,
             "year": lambda: str(rng.randint(1990, 2024)),
             "num": lambda: str(rng.choice((2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 40, 50, 100, 200))),
             "Adj": lambda: rng.choice(T.EN_ADJECTIVES).capitalize(),
             "Noun": lambda: rng.choice(T.EN_NOUNS).capitalize(),
-            "Nouns": lambda: _plural(rng.choice(T.EN_NOUNS)).capitalize()}
+            "Nouns": lambda: _plural(rng.choice(T.EN_NOUNS)).capitalize()})
         self.zh_quote_slots = self.choosers(T.ZH_SAYING_SLOTS)
         self.seen: set[str] = set()
         self.id_numbers: list[int] = []

@@ -186,10 +186,6 @@ def _module_docs(name: str) -> list[tuple[str, Any, str]]:
         return []
 
 
-def _words(text: str) -> list[str]:
-    return NON_WORD.sub(" ", text.casefold()).split()
-
-
 def _drop_near_duplicates(articles: list[str]) -> list[str]:
     """Keep the first of articles sharing many word 3-grams (templated docstrings, overlapping help
     topics), which the `clean` stage would drop as near duplicates although the labels say unique."""
@@ -199,10 +195,9 @@ def _drop_near_duplicates(articles: list[str]) -> list[str]:
     lsh = MinHashLSH(threshold=0.5, num_perm=64)
     kept = []
     for text in articles:
-        words = _words(text)
         m = MinHash(num_perm=64, seed=1, hashfunc=xxhash.xxh32_intdigest,
                     permutations=template.permutations, scheme=template.scheme)
-        m.update_batch([" ".join(words[i:i + 3]).encode() for i in range(max(1, len(words) - 2))])
+        m.update_batch([gram.encode() for gram in _trigrams(text)])  # a set: MinHash ignores order and repeats
         if not lsh.query(m):
             lsh.insert(len(kept), m, check_duplication=False)
             kept.append(text)
@@ -210,7 +205,7 @@ def _drop_near_duplicates(articles: list[str]) -> list[str]:
 
 
 def _trigrams(text: str) -> set[str]:
-    words = _words(text)
+    words = NON_WORD.sub(" ", text.casefold()).split()
     return {" ".join(words[i:i + 3]) for i in range(max(1, len(words) - 2))}
 
 
@@ -240,15 +235,11 @@ def _doc_sections(doc: str) -> dict[str, list[str]]:
         following = lines[i + 1].strip() if i + 1 < len(lines) else ""
         if stripped and not line[:1].isspace():
             head = DOC_SECTION.fullmatch(stripped)
-            if UNDERLINE.fullmatch(following) and not UNDERLINE.fullmatch(stripped):  # numpy-style heading
-                section, google = API_SECTIONS.get(head[1], "other") if head else "other", False
+            numpy = UNDERLINE.fullmatch(following) and not UNDERLINE.fullmatch(stripped)  # a heading, underlined
+            if numpy or (head and stripped.endswith(":")):  # or Google-style "Args:"
+                section, google = API_SECTIONS.get(head[1], "other") if head else "other", not numpy
                 out.setdefault(section, [])
-                i += 2
-                continue
-            if head and stripped.endswith(":"):  # Google-style "Args:"
-                section, google = API_SECTIONS.get(head[1], "other"), True
-                out.setdefault(section, [])
-                i += 1
+                i += 2 if numpy else 1
                 continue
             if google:  # a Google section ends at the next line that is not indented
                 section, google = "", False

@@ -93,8 +93,7 @@ class ManPages(BuilderBase):
         with full-sentence descriptions, description paragraphs and some of the optional sections."""
         rng, f = self.rng, self.fake[loc]
         prog, purpose, zharg, sec = rng.choice(T.ZH_MAN_PROGS)
-        (name_h, syn_h, desc_h, opt_h, ex_h, exit_h, files_h, env_h, see_h, author_h,
-         bugs_h) = rng.choice(T.ZH_MAN_HEADINGS)
+        name_h, syn_h, desc_h, opt_h, ex_h, *optional_h = rng.choice(T.ZH_MAN_HEADINGS)
         options = rng.sample(T.ZH_MAN_OPTIONS, rng.randint(3, 8))
         long_opts = [f"--{o[1]}" for o in options]
         path = rng.choice(T.ZH_MAN_PATHS).format(prog=prog)
@@ -141,19 +140,16 @@ class ManPages(BuilderBase):
                 how = rng.choice(("{effect}。", "这条命令会{effect}。", "与上面的例子类似，不过会{effect}。"
                                   if i else "下面的命令会{effect}。"))
                 out += [_zh_wrap(self.fill(how, slots), 14), ""]
-        if rng.random() < 0.5:
-            out += [exit_h, _zh_wrap(self.fill(rng.choice(T.ZH_MAN_EXIT), slots), 7), ""]
-        if rng.random() < 0.35:
-            out += [files_h, f"       {path}", _zh_wrap(self.fill(rng.choice(T.ZH_MAN_FILES), slots), 14), ""]
-        if rng.random() < 0.25:
-            out += [env_h, f"       {env}", _zh_wrap(self.fill(rng.choice(T.ZH_MAN_ENV_TEXT), slots), 14), ""]
-        if rng.random() < 0.7:
-            others = rng.sample([p for p in T.ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
-            out += [see_h, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
-        if rng.random() < 0.4:
-            out += [author_h, _zh_wrap(self.fill(rng.choice(T.ZH_MAN_AUTHOR), slots), 7), ""]
-        if rng.random() < 0.15:
-            out += [bugs_h, _zh_wrap(self.fill(rng.choice(T.ZH_MAN_BUGS), slots), 7), ""]
+        for heading, (share, item, texts) in zip(optional_h, T.ZH_MAN_OPTIONAL_SECTIONS):
+            if rng.random() >= share:
+                continue
+            if texts is None:  # SEE ALSO
+                others = rng.sample([p for p in T.ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
+                out += [heading, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
+                continue
+            lines = [f"       {self.fill(item, slots)}"] if item else []
+            text = self.fill(rng.choice(getattr(T, texts.upper())), slots)
+            out += [heading, *lines, _zh_wrap(text, 14 if item else 7), ""]
         if header:
             package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
             date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",

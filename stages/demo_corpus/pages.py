@@ -99,29 +99,20 @@ class Pages(BuilderBase):
             num = f"{n_chapter}.{rng.randint(1, 9)}"
             chapter = headings[-1]
             chapter_title = f"第 {n_chapter} 章 {chapter}" if zh else f"{labels['chapter']} {n_chapter}. {chapter}"
-            body = []
-            for i, (heading, blocks) in enumerate(sections):
-                if heading:
-                    body.append(f'<div class="section"><div class="titlepage"><div><div><h3 class="title"><a id="'
-                                f'{_slug(heading, i)}"></a>{num}.{i}. {esc(heading)}</h3></div></div></div>'
-                                + "".join(blocks) + "</div>")
-                else:
-                    body.extend(blocks)
+            body = [T.DOCBOOK_SECTION.substitute(id=_slug(heading, i), num=num, i=i, heading=esc(heading),
+                                                 blocks="".join(blocks)) if heading else "".join(blocks)
+                    for i, (heading, blocks) in enumerate(sections)]
             return T.DOCBOOK_PAGE.substitute(
                 labels, lang=LOCALES[loc][0], num=num, title=esc(title),
                 book=esc(f"{project} {labels['documentation']}"),
                 up_href=f"ch{n_chapter:02d}.html", chapter_title=esc(chapter_title), prev_href=prev_href,
                 next_href=next_href, prev_title=esc(prev_title), next_title=esc(next_title), anchor=anchor,
                 body="".join(body))
-        body, toc = [], []
-        for i, (heading, blocks) in enumerate(sections):
-            if not heading:
-                body.extend(blocks)
-                continue
-            sid = _slug(heading, i)
-            toc.append(f'<li><a class="reference internal" href="#{sid}">{esc(heading)}</a></li>')
-            body.append(f'<section id="{sid}">\n<h2>{esc(heading)}<a class="headerlink" href="#{sid}" '
-                        f'title="{labels["permalink"]}">¶</a></h2>\n' + "\n".join(blocks) + "\n</section>")
+        body = [T.SPHINX_SECTION.substitute(labels, id=_slug(heading, i), heading=esc(heading),
+                                            blocks="\n".join(blocks)) if heading else "\n".join(blocks)
+                for i, (heading, blocks) in enumerate(sections)]
+        toc = [f'<li><a class="reference internal" href="#{_slug(heading, i)}">{esc(heading)}</a></li>'
+               for i, (heading, _) in enumerate(sections) if heading]
         values = dict(labels, lang=LOCALES[loc][0], title=esc(title), project=esc(project), version=version,
                       prev_title=esc(prev_title), next_title=esc(next_title), prev_href=prev_href,
                       next_href=next_href, section=esc(headings[-1]))

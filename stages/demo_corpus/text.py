@@ -114,8 +114,7 @@ def _code_html(code: str, lang: str) -> str:
         else:
             cls = "mi" if tok.isdigit() else "n" if tok[0].isalnum() or tok[0] == "_" else "p"
             out.append(f'<span class="{cls}">{html.escape(tok)}</span>')
-    return (f'<div class="highlight-{lang} notranslate"><div class="highlight"><pre><span></span>{"".join(out)}\n'
-            "</pre></div>\n</div>")
+    return T.CODE_BLOCK.substitute(lang=lang, code="".join(out))
 
 
 def _api_html(api: ApiDoc, labels: dict[str, str]) -> str:
@@ -125,31 +124,16 @@ def _api_html(api: ApiDoc, labels: dict[str, str]) -> str:
     params = api.signature or tuple(n for n, _, _ in api.params)
     sig = ", ".join(f'<em class="sig-param"><span class="n"><span class="pre">{esc(p)}</span></span></em>'
                     for p in params)
-    kind = "method" if owner.rsplit(".", 1)[-1][:1].isupper() else "function"
-    out = [f'<dl class="py {kind}">', f'<dt class="sig sig-object py" id="{esc(api.name)}">',
-           f'<span class="sig-prename descclassname"><span class="pre">{esc(owner)}.</span></span>'
-           f'<span class="sig-name descname"><span class="pre">{esc(func)}</span></span>'
-           '<span class="sig-paren">(</span>'
-           f'{sig}<span class="sig-paren">)</span><a class="headerlink" href="#{esc(api.name)}" '
-           f'title="{labels["definition"]}">¶</a></dt>', f"<dd><p>{esc(api.summary)}</p>"]
-    out += [f"<p>{esc(d)}</p>" for d in api.description]
-    out += ['<dl class="field-list simple">',
-            f'<dt class="field-odd">{labels["parameters"]}<span class="colon">:</span></dt>',
-            '<dd class="field-odd"><ul class="simple">']
-    out += [f'<li><p><strong>{esc(n)}</strong>{f" (<em>{esc(t)}</em>)" if t else ""} – {esc(d)}</p></li>'
-            for n, t, d in api.params]
-    out.append("</ul>\n</dd>")
-    if api.returns:
-        out += [f'<dt class="field-even">{labels["returns"]}<span class="colon">:</span></dt>',
-                f'<dd class="field-even"><p>{esc(api.returns)}</p>\n</dd>']
-    out.append("</dl>")
-    if api.see_also:
-        refs = ", ".join(f'<a class="reference internal" href="#{esc(r)}" title="{esc(r)}"><code class="xref py '
-                         f'py-func docutils literal notranslate"><span class="pre">{esc(r)}</span></code></a>'
-                         for r in api.see_also)
-        out.append(f'<div class="admonition seealso">\n<p class="admonition-title">{labels["see_also"]}</p>\n'
-                   f'<p>{refs}</p>\n</div>')
-    if api.example:
-        out += [f'<p class="rubric">{labels["examples"]}</p>', _code_html(api.example, "default")]
-    out.append("</dd></dl>")
-    return "\n".join(out)
+    items = "".join(f'<li><p><strong>{esc(n)}</strong>{f" (<em>{esc(t)}</em>)" if t else ""} – {esc(d)}</p></li>\n'
+                    for n, t, d in api.params)
+    refs = ", ".join(f'<a class="reference internal" href="#{esc(r)}" title="{esc(r)}"><code class="xref py '
+                     f'py-func docutils literal notranslate"><span class="pre">{esc(r)}</span></code></a>'
+                     for r in api.see_also)
+    example = f'\n<p class="rubric">{labels["examples"]}</p>\n{_code_html(api.example, "default")}'
+    return T.API_ENTRY.substitute(
+        labels, kind="method" if owner.rsplit(".", 1)[-1][:1].isupper() else "function", name=esc(api.name),
+        owner=esc(owner), func=esc(func), sig=sig, summary=esc(api.summary), params=items,
+        description="".join(f"<p>{esc(d)}</p>\n" for d in api.description),
+        returns_field=T.API_RETURNS.substitute(labels, text=esc(api.returns)) if api.returns else "",
+        see_also=T.API_SEE_ALSO.substitute(labels, refs=refs) if api.see_also else "",
+        example=example if api.example else "")
