@@ -364,11 +364,13 @@ def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, .
     """(prose sources, API docs): see `harvest` and `api_docs`. One pass, so that no text is in both."""
     seen: set[str] = set()  # word 3-grams of the paragraphs and API docs kept so far
 
+    def new(grams: set[str], share: float) -> bool:  # more than `share` of them not seen before
+        return len(grams - seen) > len(grams) * share
+
     def new_pieces(texts: Iterable[str]) -> tuple[str, ...]:
         pieces = []
         for text in dict.fromkeys(texts):
-            paras = [(p, grams) for p in text.split("\n\n")
-                     if len((grams := _trigrams(p)) - seen) > len(grams) * MIN_NEW_TRIGRAMS]
+            paras = [(p, grams) for p in text.split("\n\n") if new(grams := _trigrams(p), MIN_NEW_TRIGRAMS)]
             if sum(len(p) for p, _ in paras) >= MIN_PIECE:
                 pieces.append("\n\n".join(p for p, _ in paras))
                 seen.update(*(grams for _, grams in paras))
@@ -385,10 +387,9 @@ def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, .
                 if inspect.isroutine(obj) and xxhash.xxh32_intdigest(qual.encode()) % API_EVERY == 0:
                     if api := api_doc(qual, obj, doc):  # kept out of the prose either way
                         grams = _trigrams(" ".join([api.summary, *api.description, *(d for _, _, d in api.params)]))
-                        if len(grams - seen) > len(grams) * MIN_NEW_API_TRIGRAMS:
+                        if new(grams, MIN_NEW_API_TRIGRAMS):
                             # without the paragraphs seen before, like the prose (shared notes)
-                            description = tuple(d for d in api.description if len((g := _trigrams(d)) - seen)
-                                                > len(g) * MIN_NEW_TRIGRAMS)
+                            description = tuple(d for d in api.description if new(_trigrams(d), MIN_NEW_TRIGRAMS))
                             seen.update(grams)
                             apis.append(dataclasses.replace(api, description=description))
                         continue
