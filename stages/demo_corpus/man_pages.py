@@ -3,7 +3,6 @@ API doc) as a command or a library function; Chinese ones come from templates (d
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 from stages.demo_corpus.base import BuilderBase
 from stages.demo_corpus.docstrings import ApiDoc
@@ -98,12 +97,11 @@ class ManPages(BuilderBase):
         long_opts = [f"--{o[1]}" for o in options]
         path = rng.choice(T.ZH_MAN_PATHS).format(prog=prog)
         env = rng.choice(T.ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
-        slots: dict[str, Callable[[], str]] = dict(
-            prog=lambda: prog, zharg=lambda: zharg, obj=functools.partial(rng.choice, T.ZH_OBJECTS),
-            opt=functools.partial(rng.choice, long_opts), opt2=functools.partial(rng.choice, long_opts),
-            path=lambda: path, env=lambda: env, person=functools.partial(rng.choice, T.ZH_PEOPLE),
-            ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", effect=functools.partial(rng.choice, T.ZH_EFFECTS),
-            name=f.name, name_en=self.fake["en_US"].name)
+        slots = self.choosers(T.ZH_MAN_SLOTS)
+        option = functools.partial(rng.choice, long_opts)
+        slots.update(prog=lambda: prog, zharg=lambda: zharg, opt=option, opt2=option, path=lambda: path,
+                     env=lambda: env, ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", name=f.name,
+                     name_en=self.fake["en_US"].name)
         ref = f"{prog.upper()}({sec})"
         out = []
         header = rng.random() < 0.75
