@@ -120,12 +120,11 @@ class ManPages(BuilderBase):
         out += [_zh_wrap("".join(sentences[:cut]), 7), "", _zh_wrap("".join(sentences[cut:]), 7), "", opt_h]
         for short, long, arg, desc in options:
             meta = (arg if rng.random() < 0.5 else T.ZH_OPTION_ARGS[arg]) if arg else ""
-            if short and (not meta or rng.random() < 0.5):
-                spec = f"-{short}, --{long}" + (f"={meta}" if meta else "")
+            spec = f"--{long}={meta}" if meta else f"--{long}"
+            if short and meta and rng.random() >= 0.5:
+                spec = f"-{short} {meta}, {spec}"
             elif short:
-                spec = f"-{short} {meta}, --{long}={meta}"
-            else:
-                spec = f"--{long}" + (f"={meta}" if meta else "")
+                spec = f"-{short}, {spec}"
             text = self.fill(desc, slots)
             if rng.random() < 0.35:
                 text += self.fill(rng.choice(T.ZH_MAN_OPTION_NOTES), slots)
