@@ -82,8 +82,7 @@ class Boilerplate(BuilderBase):
         rng, zh, f = self.rng, loc != "en_US", self.fake[loc]
         spdx, _, licurl = rng.choice(T.LICENCES)
         prog, zharg = rng.choice(T.CLI_PROGS), rng.choice(T.ZH_ARGS)
-        arg, ARG = rng.choice(("file", "path", "source", "dest", "pattern", "name", "url")), rng.choice(
-            ("FILE", "DIR", "PATH", "SOURCE", "DEST", "PATTERN"))
+        arg, ARG = rng.choice(T.CLI_ARGS), rng.choice(T.CLI_METAVARS)
         holder = f.company if rng.random() < 0.5 else f.name
         obj = functools.partial(rng.choice, T.ZH_OBJECTS if zh else T.EN_OBJECTS)
         slots: dict[str, Callable[[], str]] = {

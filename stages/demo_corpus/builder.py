@@ -14,9 +14,6 @@ from stages.demo_corpus.reference import Reference
 from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _sentences
 
-SYMBOL_RUNS = ("★★★★★", ">>>>>>", "!!!!!!!!", "=====", "~~~~~~~~", "#####", "******", "........", "<<<>>>")
-CONTROL = ("\x00", "\x07", "\x08", "\x0b", "\x0c", "\x0e", "\x1b", "\x7f", "\u200b", "\ufeff")
-
 
 class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplicates):
     """`Builder(seed).build(num_docs)`: the records; `content(kind)` makes one record of a kind by calling
@@ -64,10 +61,10 @@ class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplic
         if r < 0.45:
             for _ in range(rng.randint(1, 3)):
                 k = rng.randrange(len(s) + 1)
-                s = s[:k] + rng.choice(CONTROL) + s[k:]
+                s = s[:k] + rng.choice(T.NOISE_CONTROL_CHARS) + s[k:]
             return s
         if r < 0.55:
-            return f"{s} {rng.choice(SYMBOL_RUNS)}"
+            return f"{s} {rng.choice(T.NOISE_SYMBOL_RUNS)}"
         return f"{s} {self.fake[loc].url()} {self.fake[loc].email()}" if r < 0.65 else s
 
     def _noisy(self, loc: str) -> str:

@@ -12,7 +12,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from stages.demo_corpus.docstrings import _drop_near_duplicates
+from stages.demo_corpus.docstrings import _drop_near_duplicates, pack
 from stages.demo_corpus.tables import T
 
 LOCK_FILE = Path(__file__).resolve().parents[2] / "requirements.lock"
@@ -82,20 +82,9 @@ def licence_docs(rng: random.Random) -> list[str]:
     paragraphs of a file, each paragraph used once. A document under 100 chars takes in the next
     paragraphs, of the next file if need be (so a lone copyright line joins the next licence). Near
     duplicates are left out, as in `real_articles`."""
-    lo, hi = LICENCE_DOC_CHARS
-    docs: list[str] = []
-    cur: list[str] = []
-    want = rng.choice((1, 1, 1, 2, 2, 3))
-    for _, paras in licence_texts():
-        for para in paras:
-            if cur and sum(map(len, cur)) + len(para) > hi:  # too long to join
-                if sum(map(len, cur)) >= lo:
-                    docs.append("\n\n".join(cur))
-                cur = []  # (a short start is dropped)
-            cur.append(para)
-            if len(cur) >= want and sum(map(len, cur)) >= lo:
-                docs.append("\n\n".join(cur))
-                cur, want = [], rng.choice((1, 1, 1, 2, 2, 3))
+    paras = (para for _, paras in licence_texts() for para in paras)
+    docs = list(pack(paras, LICENCE_DOC_CHARS, lambda: rng.choice((1, 1, 1, 2, 2, 3)),
+                     lambda cur, size, want: len(cur) >= want and size >= LICENCE_DOC_CHARS[0]))
     docs = _drop_near_duplicates(docs)  # e.g. the BSD clauses, which differ in the project's name only
     rng.shuffle(docs)
     return docs

@@ -13,7 +13,7 @@ import random
 import re
 import textwrap
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pydoc_data.topics import topics as PYDOC_TOPICS
 from typing import Any
@@ -144,27 +144,38 @@ def _split_long(paragraphs: list[str], size: int) -> Iterator[str]:
             yield part
 
 
+def pack(paras: Iterable[str], chars: tuple[int, int], goal: Callable[[], int],
+         full: Callable[[list[str], int, int], bool], sep: int = 0, redraw: bool = False,
+         keep_rest: bool = False) -> Iterator[str]:
+    """Documents of consecutive paragraphs, each closed once `full(paragraphs, size, goal)`: size is their
+    length (`sep` more each), goal a fresh `goal()` per document. A paragraph that would take a document
+    over chars[1] starts the next one (a draft under chars[0] is dropped; with a fresh goal if `redraw`);
+    `keep_rest`: the last draft too, if it has chars[0]."""
+    lo, hi = chars
+    cur: list[str] = []
+    size, target = 0, goal()
+    for para in paras:
+        if cur and size + len(para) > hi:
+            if size >= lo:
+                yield "\n\n".join(cur)
+            cur, size, target = [], 0, goal() if redraw else target
+        cur.append(para)
+        size += len(para) + sep
+        if full(cur, size, target):
+            yield "\n\n".join(cur)
+            cur, size, target = [], 0, goal()
+    if keep_rest and size >= lo:
+        yield "\n\n".join(cur)
+
+
 def _pack(groups: Iterable[list[str]], rng: random.Random) -> list[str]:
     """Cut each group's pieces into articles of 400-4000 chars: short pieces are joined, long ones cut
     between paragraphs; a leftover under 400 chars is dropped."""
     lo, hi = ARTICLE_CHARS
-    articles = []
-    for group in groups:
-        cur: list[str] = []
-        size, target = 0, rng.randint(lo, ARTICLE_TARGET)
-        for para in (p for piece in group for p in _split_long(piece.split("\n\n"), hi // 2)):
-            if cur and size + len(para) > hi:
-                if size >= lo:
-                    articles.append("\n\n".join(cur))
-                cur, size, target = [], 0, rng.randint(lo, ARTICLE_TARGET)
-            cur.append(para)
-            size += len(para) + 2
-            if size >= target:
-                articles.append("\n\n".join(cur))
-                cur, size, target = [], 0, rng.randint(lo, ARTICLE_TARGET)
-        if size >= lo:
-            articles.append("\n\n".join(cur))
-    return articles
+    return [article for group in groups
+            for article in pack((p for piece in group for p in _split_long(piece.split("\n\n"), hi // 2)),
+                                ARTICLE_CHARS, lambda: rng.randint(lo, ARTICLE_TARGET),
+                                lambda _, size, target: size >= target, sep=2, redraw=True, keep_rest=True)]
 
 
 def _module_docs(name: str) -> list[tuple[str, Any, str]]:
@@ -353,11 +364,13 @@ def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, .
     """(prose sources, API docs): see `harvest` and `api_docs`. One pass, so that no text is in both."""
     seen: set[str] = set()  # word 3-grams of the paragraphs and API docs kept so far
 
+    def new(grams: set[str], share: float) -> bool:  # more than `share` of them not seen before
+        return len(grams - seen) > len(grams) * share
+
     def new_pieces(texts: Iterable[str]) -> tuple[str, ...]:
         pieces = []
         for text in dict.fromkeys(texts):
-            paras = [(p, grams) for p in text.split("\n\n")
-                     if len((grams := _trigrams(p)) - seen) > len(grams) * MIN_NEW_TRIGRAMS]
+            paras = [(p, grams) for p in text.split("\n\n") if new(grams := _trigrams(p), MIN_NEW_TRIGRAMS)]
             if sum(len(p) for p, _ in paras) >= MIN_PIECE:
                 pieces.append("\n\n".join(p for p, _ in paras))
                 seen.update(*(grams for _, grams in paras))
@@ -374,10 +387,9 @@ def _harvest() -> tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[ApiDoc, .
                 if inspect.isroutine(obj) and xxhash.xxh32_intdigest(qual.encode()) % API_EVERY == 0:
                     if api := api_doc(qual, obj, doc):  # kept out of the prose either way
                         grams = _trigrams(" ".join([api.summary, *api.description, *(d for _, _, d in api.params)]))
-                        if len(grams - seen) > len(grams) * MIN_NEW_API_TRIGRAMS:
+                        if new(grams, MIN_NEW_API_TRIGRAMS):
                             # without the paragraphs seen before, like the prose (shared notes)
-                            description = tuple(d for d in api.description if len((g := _trigrams(d)) - seen)
-                                                > len(g) * MIN_NEW_TRIGRAMS)
+                            description = tuple(d for d in api.description if new(_trigrams(d), MIN_NEW_TRIGRAMS))
                             seen.update(grams)
                             apis.append(dataclasses.replace(api, description=description))
                         continue

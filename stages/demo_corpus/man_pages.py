@@ -3,7 +3,6 @@ API doc) as a command or a library function; Chinese ones come from templates (d
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 from stages.demo_corpus.base import BuilderBase
 from stages.demo_corpus.docstrings import ApiDoc
@@ -98,12 +97,11 @@ class ManPages(BuilderBase):
         long_opts = [f"--{o[1]}" for o in options]
         path = rng.choice(T.ZH_MAN_PATHS).format(prog=prog)
         env = rng.choice(T.ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
-        slots: dict[str, Callable[[], str]] = dict(
-            prog=lambda: prog, zharg=lambda: zharg, obj=functools.partial(rng.choice, T.ZH_OBJECTS),
-            opt=functools.partial(rng.choice, long_opts), opt2=functools.partial(rng.choice, long_opts),
-            path=lambda: path, env=lambda: env, person=functools.partial(rng.choice, T.ZH_PEOPLE),
-            ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", effect=functools.partial(rng.choice, T.ZH_EFFECTS),
-            name=f.name, name_en=self.fake["en_US"].name)
+        slots = self.choosers(T.ZH_MAN_SLOTS)
+        option = functools.partial(rng.choice, long_opts)
+        slots.update(prog=lambda: prog, zharg=lambda: zharg, opt=option, opt2=option, path=lambda: path,
+                     env=lambda: env, ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", name=f.name,
+                     name_en=self.fake["en_US"].name)
         ref = f"{prog.upper()}({sec})"
         out = []
         header = rng.random() < 0.75
@@ -122,12 +120,11 @@ class ManPages(BuilderBase):
         out += [_zh_wrap("".join(sentences[:cut]), 7), "", _zh_wrap("".join(sentences[cut:]), 7), "", opt_h]
         for short, long, arg, desc in options:
             meta = (arg if rng.random() < 0.5 else T.ZH_OPTION_ARGS[arg]) if arg else ""
-            if short and (not meta or rng.random() < 0.5):
-                spec = f"-{short}, --{long}" + (f"={meta}" if meta else "")
+            spec = f"--{long}={meta}" if meta else f"--{long}"
+            if short and meta and rng.random() >= 0.5:
+                spec = f"-{short} {meta}, {spec}"
             elif short:
-                spec = f"-{short} {meta}, --{long}={meta}"
-            else:
-                spec = f"--{long}" + (f"={meta}" if meta else "")
+                spec = f"-{short}, {spec}"
             text = self.fill(desc, slots)
             if rng.random() < 0.35:
                 text += self.fill(rng.choice(T.ZH_MAN_OPTION_NOTES), slots)

@@ -97,8 +97,7 @@ class Pages(BuilderBase):
         if docbook:
             n_chapter = rng.randint(1, 12)
             num = f"{n_chapter}.{rng.randint(1, 9)}"
-            chapter = headings[-1]
-            chapter_title = f"第 {n_chapter} 章 {chapter}" if zh else f"{labels['chapter']} {n_chapter}. {chapter}"
+            chapter_title = labels["chapter_title"].format(n=n_chapter, title=headings[-1])
             body = [T.DOCBOOK_SECTION.substitute(id=_slug(heading, i), num=num, i=i, heading=esc(heading),
                                                  blocks="".join(blocks)) if heading else "".join(blocks)
                     for i, (heading, blocks) in enumerate(sections)]
@@ -116,11 +115,9 @@ class Pages(BuilderBase):
         values = dict(labels, lang=LOCALES[loc][0], title=esc(title), project=esc(project), version=version,
                       prev_title=esc(prev_title), next_title=esc(next_title), prev_href=prev_href,
                       next_href=next_href, section=esc(headings[-1]))
-        created_after = "创建。" if zh else "."
         return T.SPHINX_PAGE.substitute(
             values, related=T.SPHINX_RELATED.substitute(values), hash=f"{rng.getrandbits(32):08x}",
             theme=rng.choice(T.SPHINX_THEMES), anchor=anchor, body="\n".join(body), toc_items="\n".join(toc),
             source=_slug(title, 0), years=f"{year - rng.randint(0, 10)}-{year}",
             authors=esc(f.company() if rng.random() < 0.5 else f"{project} developers"),
-            sphinx_version=f"{rng.randint(4, 8)}.{rng.randint(0, 4)}.{rng.randint(0, 6)}",
-            created_after=to_traditional(created_after) if loc == "zh_TW" else created_after)
+            sphinx_version=f"{rng.randint(4, 8)}.{rng.randint(0, 4)}.{rng.randint(0, 6)}")

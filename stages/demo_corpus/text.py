@@ -91,8 +91,7 @@ def _metavar(name: str, typ: str) -> str:
     if t.startswith("{"):
         choices = re.findall(r"[\w-]+", t.split("}")[0])[:4]
         return "{" + ",".join(choices) + "}" if choices else "VALUE"
-    for words, meta in (("int", "N"), ("float scalar number", "NUM"), ("str", "STRING"), ("callable function", "FUNC"),
-                        ("path file", "FILE"), ("array list sequence iterable tuple", "LIST"), ("dict mapping", "MAP")):
+    for words, meta in T.MAN_METAVARS.items():
         if any(re.match(rf"{w}\b", t) or f" {w}" in t for w in words.split()):
             return meta
     return name.upper().replace("_", "-")[:12] or "VALUE"

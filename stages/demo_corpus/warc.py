@@ -74,15 +74,12 @@ def build(docs: list[Doc], seed: int, warc_docs: int) -> tuple[bytes, list[Doc],
         date = _START + timedelta(seconds=n)
         body = d.text.encode("utf-8")
         malformed = broken.get(i)
-        if malformed == "warc_not_html":
-            block, extra = _http("200 OK", "application/pdf", _FAKE_PDF), ()
-        elif malformed == "http_status_4xx":
-            block, extra = _http("404 Not Found", "text/html; charset=utf-8", body), ()
-        elif malformed == "warc_truncated":
-            block, extra = _http("200 OK", "text/html; charset=utf-8", body[:len(body) // 2], len(body)), \
-                (("WARC-Truncated", "length"),)
-        else:
-            block, extra = _http("200 OK", "text/html; charset=utf-8", body), ()
+        truncated = malformed == "warc_truncated"
+        sent = body[:len(body) // 2] if truncated else body  # the Content-Length stays that of the whole body
+        status = "404 Not Found" if malformed == "http_status_4xx" else "200 OK"
+        block = (_http(status, "application/pdf", _FAKE_PDF) if malformed == "warc_not_html"
+                 else _http(status, "text/html; charset=utf-8", sent, len(body)))
+        extra = (("WARC-Truncated", "length"),) if truncated else ()
         request = f"GET /{url.split('/', 3)[-1] if url.count('/') >= 3 else ''} HTTP/1.1\r\nHost: demo\r\n\r\n"
         parts.append(_record("request", record_id(seed, 2 * n - 1), date, request.encode(), url,
                              "application/http; msgtype=request"))
