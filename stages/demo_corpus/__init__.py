@@ -79,12 +79,14 @@ spread evenly over their genres (prose, man pages, quotes, poems, documentation 
 noisy and long texts) as far as each has records.
 
 Layout: `stage.py` (Params, run, the CLI; `python -m stages.demo_corpus` runs it via `__main__.py`),
-`records.py` (the mix of records, one record, the semantic labels), `builder.py` (the Builder: every
-record in stream order) with its parts `base.py` (seeded state, prose primitives), `man_pages.py`,
-`quotes.py`, `reference.py`, `pages.py`, `boilerplate.py`, `malformed.py`, `duplicates.py`; the real-text sources
+`records.py` (one record, the semantic labels; the mix of kinds and genres is `data/mix.yaml`),
+`builder.py` (the Builder: every record in stream order) with its parts `base.py` (seeded state, prose
+primitives), `man_pages.py`, `quotes.py`, `reference.py`, `pages.py`, `boilerplate.py`, `malformed.py`,
+`duplicates.py`; the real-text sources
 `docstrings.py` (docstrings, help topics, API docs) and `dist_text.py` (licences, .po catalogs);
 `warc.py` (the crawl), `text.py` (small text helpers) and `tables.py`, which loads the word lists and templates in
-`data/*.yaml` and the HTML skeletons in `data/html/`. Imports only `stages.common.runtime`.
+`data/*.yaml` and the HTML skeletons and templates in `data/html/` into one namespace, `T`. The modules hold the
+generators' logic; what they write comes from the data files. Imports only `stages.common.runtime`.
 """
 from stages.demo_corpus.builder import Builder
 from stages.demo_corpus.dist_text import (LOCK_FILE, _canonical, corpus_distributions, licence_docs, licence_texts,
