@@ -33,10 +33,7 @@ ARTICLE_TARGET = 900  # an article is closed once it reaches randint(400, ARTICL
 # Docstring markup (numpy/Google/reST): section headers (data/docstrings.yaml), references, literals, citations.
 SECTIONS: dict[str, tuple[str, str]] = T.DOCSTRING_SECTIONS  # heading -> (API doc section, what the prose keeps)
 DOC_SECTION = re.compile(r"(?:\*\*)?(" + "|".join(map(re.escape, SECTIONS)) + r")(?:\*\*)?:{0,2}")
-PROSE_SECTIONS = {None, *(name for name, (_, keep) in SECTIONS.items() if keep == "text")}
-ITEM_SECTIONS = {name for name, (_, keep) in SECTIONS.items() if keep == "items"}  # keep the items' descriptions
 UNDERLINE = re.compile(r"[-=~^*#+]{3,}")
-GOOGLE_ITEM = re.compile(r"\s+\*{0,2}[\w.]+(?:\s*\([^)]*\))?:\s+(\S.*)")
 DOC_ROLE = re.compile(r":[\w.:-]+:`(~?)\.?([^`<]*?)\s*(?:<[^>]*>)?`")
 DOC_LITERAL = re.compile(r"``([^`]+)``|(?<![\w`])`([^`<]+?)\s*(?:<[^>]*>)?`_{0,2}(?![\w`])")
 DOC_CITATION = re.compile(r"\s*\[[\w#-]+\]_")
@@ -84,47 +81,13 @@ def _prose(doc: str) -> str:
     """The prose of a docstring, one line per paragraph: the summary, description and notes, plus the
     descriptions of parameters, return values and the like. Code, examples, math, reST directives,
     references and headings are dropped."""
-    out: list[str] = []
-    section: str | None = None
-    in_code = google = False
-    for block in re.split(r"\n[ \t]*\n", doc):
-        lines = block.rstrip().split("\n")
-        if len(lines) > 1 and UNDERLINE.fullmatch(lines[1].strip()):  # numpy-style heading (or a title)
-            head = DOC_SECTION.fullmatch(lines[0].strip())
-            section, lines, google = head[1] if head else None, lines[2:], False
-        elif head := DOC_SECTION.fullmatch(lines[0].strip()):  # Google-style "Args:", "See also:", "**Notes**"
-            section, lines, google = head[1], lines[1:], True
-        elif google and not lines[0][:1].isspace():  # which ends at the next paragraph that is not indented
-            section, google = None, False
-        if not lines or not lines[0].strip() or UNDERLINE.fullmatch(lines[0].strip()):
-            continue
-        indented = lines[0][:1].isspace()
-        if indented and in_code:
-            continue
-        in_code = lines[-1].rstrip().endswith("::") or lines[0].lstrip().startswith("..")
-        if in_code or ">>>" in block:
-            continue
-        if section in ITEM_SECTIONS:  # "name : type" + indented description, or Google "name (type): text"
-            items: list[list[str]] = []
-            for line in lines:
-                if item := GOOGLE_ITEM.fullmatch(line):
-                    items.append([item[1]])
-                elif not line[:1].isspace():
-                    items.append([])
-                elif items and not line.lstrip().startswith(".."):
-                    items[-1].append(line.strip())
-            texts = (_unmark(" ".join(item)) for item in items)
-            paragraph = " ".join(t for t in texts if len(t) >= 30 and t[0].isupper() and PROSE_END.search(t)
-                                 and "\\" not in t)
-        elif section in PROSE_SECTIONS and not indented and not any(
-                line.lstrip().startswith(("..", ":")) or UNDERLINE.fullmatch(line.strip()) for line in lines):
-            paragraph = _unmark(re.sub(r"\s*\n\s*(?!(?:[-*•]|\d+\.) )", " ", "\n".join(lines).strip()))
-            if len(paragraph) < 40 or not PROSE_END.search(paragraph) or "\\" in paragraph:  # \\ : LaTeX
-                continue
-        else:
-            continue
-        if paragraph:
-            out.append(paragraph)
+    out = []
+    for head, lines in _doc_sections(doc):
+        keep = SECTIONS.get(head, ("", "text"))[1]  # the text before the first heading, or an unknown heading
+        if keep == "text":
+            out += filter(None, (_api_text(para, 40) for para in _paragraphs(lines)))
+        elif keep == "items" and (texts := [d for _, _, d in _api_items(lines) if len(d) >= 30 and d[0].isupper()]):
+            out.append(" ".join(texts))
     return "\n\n".join(out)
 
 
@@ -234,13 +197,13 @@ class ApiDoc:
     signature: tuple[str, ...] | None  # "name=default" per parameter; None when it has none to show
 
 
-def _doc_sections(doc: str) -> dict[str, list[str]]:
-    """The lines of each section of a numpy- or Google-style docstring: "" holds the text before the
-    first heading (and after a Google section), other keys are the API_SECTIONS names ("other" for any
-    other heading)."""
-    out: dict[str, list[str]] = {"": []}
+def _doc_sections(doc: str) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of each section of a numpy- or Google-style docstring, in order: heading "" for
+    the text before the first heading and after a Google section, "?" for a heading SECTIONS does not
+    name."""
+    out: list[tuple[str, list[str]]] = [("", [])]
     lines = doc.split("\n")
-    section, google, i = "", False, 0
+    google, i = False, 0
     while i < len(lines):
         line, stripped = lines[i], lines[i].strip()
         following = lines[i + 1].strip() if i + 1 < len(lines) else ""
@@ -248,14 +211,23 @@ def _doc_sections(doc: str) -> dict[str, list[str]]:
             head = DOC_SECTION.fullmatch(stripped)
             numpy = UNDERLINE.fullmatch(following) and not UNDERLINE.fullmatch(stripped)  # a heading, underlined
             if numpy or (head and stripped.endswith(":")):  # or Google-style "Args:"
-                section, google = API_SECTIONS.get(head[1], "other") if head else "other", not numpy
-                out.setdefault(section, [])
+                out.append((head[1] if head else "?", []))
+                google = not numpy
                 i += 2 if numpy else 1
                 continue
             if google:  # a Google section ends at the next line that is not indented
-                section, google = "", False
-        out[section].append(line)
+                out.append(("", []))
+                google = False
+        out[-1][1].append(line)
         i += 1
+    return out
+
+
+def _api_sections(doc: str) -> dict[str, list[str]]:
+    """The lines of each API doc section ("params", "returns", ...; "" for the text outside sections)."""
+    out: dict[str, list[str]] = {"": []}
+    for head, lines in _doc_sections(doc):
+        out.setdefault(API_SECTIONS.get(head, "other") if head else "", []).extend(lines)
     return out
 
 
@@ -328,7 +300,7 @@ def _signature(obj: Any, params: list[str]) -> tuple[str, ...] | None:
 def api_doc(name: str, obj: Any, doc: str) -> ApiDoc | None:
     """The ApiDoc of a function or method whose docstring has a one-sentence summary and at least
     MIN_API_PARAMS parameters described in running text; None otherwise."""
-    sections = _doc_sections(doc)
+    sections = _api_sections(doc)
     paras = _paragraphs(sections[""])
     if paras and SIGNATURE_LINE.fullmatch(" ".join(line.strip() for line in paras[0])):  # compiled code
         paras = paras[1:]
