@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import itertools
 import logging
 import random
 import re
@@ -232,13 +233,7 @@ def _api_sections(doc: str) -> dict[str, list[str]]:
 
 
 def _paragraphs(lines: list[str]) -> list[list[str]]:
-    paras: list[list[str]] = [[]]
-    for line in lines:
-        if line.strip():
-            paras[-1].append(line)
-        elif paras[-1]:
-            paras.append([])
-    return [para for para in paras if para]
+    return [list(para) for blank, para in itertools.groupby(lines, lambda line: not line.strip()) if not blank]
 
 
 def _api_text(lines: list[str], min_chars: int) -> str:
@@ -255,31 +250,28 @@ def _api_text(lines: list[str], min_chars: int) -> str:
 def _api_items(lines: list[str]) -> list[tuple[str, str, str]]:
     """(name, type, description) of the items of a Parameters/Returns section, numpy style ("name :
     type" and an indented description) or Google style ("name (type): description"); the description
-    is the first paragraph, in plain text, or "" where that is not running text."""
-    items: list[list[Any]] = []
+    is the first paragraph, in plain text, or "" where that is not running text. Lines that name
+    several items, or none, are skipped."""
+    items: list[tuple[str, list[str]]] = []
     for line in textwrap.dedent("\n".join(lines)).split("\n"):
-        stripped = line.strip()
-        if not stripped:
-            if items:
-                items[-1][3] = True  # a blank line ends the first paragraph of the description
-            continue
-        if not line[:1].isspace():
-            if m := ITEM_NUMPY.fullmatch(stripped):
-                items.append([m[1], m[2], [], False])
-            elif m := ITEM_GOOGLE.fullmatch(stripped):
-                items.append([m[1], m[2] or "", [m[3]], False])
-                if not m[2] and len(m[3]) < 50 and not PROSE_END.search(m[3]):  # "name: type", numpy-like
-                    items[-1][1:3] = [m[3], []]
-            elif m := ITEM_BARE.fullmatch(stripped):
-                items.append([m[1], "", [], False])
-            else:
-                items.append(["", "", [], True])  # several names, or not an item: skipped
-        elif items and not items[-1][3]:
-            items[-1][2].append(stripped)
+        if line.strip() and not line[:1].isspace():
+            items.append((line.strip(), []))
+        elif items:
+            items[-1][1].append(line.strip())
     out = []
-    for name, typ, desc, _ in items:
-        text = _api_text(desc, 12) if desc else ""
-        out.append((name, _unmark(typ).strip(), text))
+    for head, body in items:
+        desc = next(iter(_paragraphs(body)), [])
+        if m := ITEM_NUMPY.fullmatch(head):
+            name, typ = m[1], m[2]
+        elif (m := ITEM_GOOGLE.fullmatch(head)) and (m[2] or len(m[3]) >= 50 or PROSE_END.search(m[3])):
+            name, typ, desc = m[1], m[2] or "", [m[3], *desc]
+        elif m:  # "name: type", numpy-like
+            name, typ = m[1], m[3]
+        elif m := ITEM_BARE.fullmatch(head):
+            name, typ = m[1], ""
+        else:
+            continue
+        out.append((name, _unmark(typ).strip(), _api_text(desc, 12) if desc else ""))
     return out
 
 
