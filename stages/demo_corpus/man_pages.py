@@ -10,12 +10,22 @@ from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _man_title_line, _man_wrap, _metavar, _zh_wrap, to_traditional
 
 
+# A man page as its generator makes it: its lines, reference ("LS(1)"), the title and the footer's left part and
+# date (what `man` prints above and below the sections)
+Page = tuple[list[str], str, str, str, str]
+
+
 class ManPages(BuilderBase):
     def man_page(self, loc: str) -> str:
-        """A formatted man page: English from an API doc (see `_man_en`), Chinese from templates."""
-        return self._man_en(self.api.pop()) if loc == "en_US" else self._man_zh(loc)
+        """A formatted man page: English from an API doc (see `_man_en`), Chinese from templates; most
+        between a header line (reference, title, reference) and a footer line (source, date, reference)."""
+        lines, ref, title, source, date = self._man_en(self.api.pop()) if loc == "en_US" else self._man_zh(loc)
+        text = "\n".join(lines).rstrip()
+        if self.rng.random() < 0.8:
+            text = f"{_man_title_line(ref, title, ref)}\n\n{text}\n\n{_man_title_line(source, date, ref)}"
+        return to_traditional(text) if loc == "zh_TW" else text
 
-    def _man_en(self, api: ApiDoc) -> str:
+    def _man_en(self, api: ApiDoc) -> Page:
         """The man page of a documented function: as a command (section 1; its parameters become
         --options) or, when its signature is known, sometimes as a library function (section 3; half of
         those as C: a LIBRARY line, #include and a C prototype)."""
@@ -35,11 +45,7 @@ class ManPages(BuilderBase):
         summary = api.summary.rstrip(".")
         if summary[1:2].islower():
             summary = summary[0].lower() + summary[1:]
-        out = []
-        header = rng.random() < 0.8
-        if header:
-            out += [_man_title_line(ref, title.format(project=project.capitalize()), ref), ""]
-        out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), ""]
+        out = ["NAME", _man_wrap(f"{cmd} - {summary}", 7), ""]
         if c_style:
             library_line = rng.choice(T.MAN_C_LIBRARIES).format(project=project, Project=project.capitalize())
             out += ["LIBRARY", _man_wrap(library_line, 7), ""]
@@ -81,13 +87,11 @@ class ManPages(BuilderBase):
             out += ["SEE ALSO", _man_wrap(", ".join(f"{r}({sec})" for r in refs), 7), ""]
         if rng.random() < 0.15:
             out += ["AUTHORS", f"       Written by the {project} developers.", ""]
-        if header:
-            version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
-            date = f"{rng.choice(T.MONTHS)} {rng.randint(2015, 2024)}"
-            out.append(_man_title_line(f"{project} {version}", date, ref))
-        return "\n".join(out).rstrip()
+        version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+        date = f"{rng.choice(T.MONTHS)} {rng.randint(2015, 2024)}"
+        return out, ref, title.format(project=project.capitalize()), f"{project} {version}", date
 
-    def _man_zh(self, loc: str) -> str:
+    def _man_zh(self, loc: str) -> Page:
         """A Chinese man page from the templates: a program (English name) with its purpose, 3-8 options
         with full-sentence descriptions, description paragraphs and some of the optional sections."""
         rng, f = self.rng, self.fake[loc]
@@ -102,12 +106,7 @@ class ManPages(BuilderBase):
         slots.update(prog=lambda: prog, zharg=lambda: zharg, opt=option, opt2=option, path=lambda: path,
                      env=lambda: env, ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", name=f.name,
                      name_en=self.fake["en_US"].name)
-        ref = f"{prog.upper()}({sec})"
-        out = []
-        header = rng.random() < 0.75
-        if header:
-            out += [_man_title_line(ref, rng.choice(T.ZH_MAN_TITLES[sec]), ref), ""]
-        out += [name_h, f"       {prog} - {purpose}", "", syn_h]
+        out = [name_h, f"       {prog} - {purpose}", "", syn_h]
         if rng.random() < 0.5:
             out.append(f"       {prog} [选项]... [{zharg}]...")
         else:
@@ -147,10 +146,8 @@ class ManPages(BuilderBase):
             lines = [f"       {self.fill(item, slots)}"] if item else []
             text = self.fill(rng.choice(getattr(T, texts.upper())), slots)
             out += [heading, *lines, _zh_wrap(text, 14 if item else 7), ""]
-        if header:
-            package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
-            date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",
-                               f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
-            out.append(_man_title_line(f"{package} {rng.randint(1, 9)}.{rng.randint(0, 40)}", date, ref))
-        text = "\n".join(out).rstrip()
-        return to_traditional(text) if loc == "zh_TW" else text
+        package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
+        date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",
+                           f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
+        version = f"{rng.randint(1, 9)}.{rng.randint(0, 40)}"
+        return out, f"{prog.upper()}({sec})", rng.choice(T.ZH_MAN_TITLES[sec]), f"{package} {version}", date
