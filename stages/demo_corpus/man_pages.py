@@ -101,11 +101,13 @@ class ManPages(BuilderBase):
         long_opts = [f"--{o[1]}" for o in options]
         path = rng.choice(T.ZH_MAN_PATHS).format(prog=prog)
         env = rng.choice(T.ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
-        slots = self.choosers(T.ZH_MAN_SLOTS)
+        others = [f"{p}({s})" for p, _, _, s in T.ZH_MAN_PROGS if p != prog]  # for SEE ALSO
         option = functools.partial(rng.choice, long_opts)
+        slots = self.choosers(T.ZH_MAN_SLOTS)
         slots.update(prog=lambda: prog, zharg=lambda: zharg, opt=option, opt2=option, path=lambda: path,
                      env=lambda: env, ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", name=f.name,
-                     name_en=self.fake["en_US"].name)
+                     name_en=self.fake["en_US"].name,
+                     see_also=lambda: ", ".join(rng.sample(others, rng.randint(1, 4))))
         out = [name_h, f"       {prog} - {purpose}", "", syn_h]
         if rng.random() < 0.5:
             out.append(f"       {prog} [选项]... [{zharg}]...")
@@ -133,21 +135,14 @@ class ManPages(BuilderBase):
             usable = [o for o in long_opts if o not in ("--help", "--version")] or [""]
             for i in range(rng.randint(1, 3)):
                 out.append("       " + " ".join(w for w in (prog, rng.choice(usable), rng.choice(T.ZH_MAN_ARGS)) if w))
-                how = rng.choice(("{effect}。", "这条命令会{effect}。", "与上面的例子类似，不过会{effect}。"
-                                  if i else "下面的命令会{effect}。"))
-                out += [_zh_wrap(self.fill(how, slots), 14), ""]
+                how = self.fill(rng.choice(T.ZH_MAN_EXAMPLE_TEXTS["next" if i else "first"]), slots)
+                out += [_zh_wrap(how, 14), ""]
         for heading, (share, item, texts) in zip(optional_h, T.ZH_MAN_OPTIONAL_SECTIONS):
-            if rng.random() >= share:
-                continue
-            if texts is None:  # SEE ALSO
-                others = rng.sample([p for p in T.ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
-                out += [heading, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
-                continue
-            lines = [f"       {self.fill(item, slots)}"] if item else []
-            text = self.fill(rng.choice(getattr(T, texts.upper())), slots)
-            out += [heading, *lines, _zh_wrap(text, 14 if item else 7), ""]
-        package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
-        date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",
-                           f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
-        version = f"{rng.randint(1, 9)}.{rng.randint(0, 40)}"
-        return out, f"{prog.upper()}({sec})", rng.choice(T.ZH_MAN_TITLES[sec]), f"{package} {version}", date
+            if rng.random() < share:
+                lines = [f"       {self.fill(item, slots)}"] if item else []
+                text = self.fill(rng.choice(getattr(T, texts.upper())), slots)
+                out += [heading, *lines, _zh_wrap(text, 14 if item else 7), ""]
+        source = f"{rng.choice(T.ZH_MAN_SOURCES).format(prog=prog)} {rng.randint(1, 9)}.{rng.randint(0, 40)}"
+        date = rng.choice(T.ZH_MAN_DATES).format(year=rng.randint(2008, 2024), month=rng.randint(1, 12),
+                                                 day=rng.randint(1, 28))
+        return out, f"{prog.upper()}({sec})", rng.choice(T.ZH_MAN_TITLES[sec]), source, date
