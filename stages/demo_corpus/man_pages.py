@@ -58,14 +58,12 @@ class ManPages(BuilderBase):
             args = ", ".join(f"{rng.choice(T.MAN_C_TYPES)} {a.split('=')[0].split(':')[0].strip().lstrip('*')}"
                              for a in api.signature or ())
             ret = rng.choice(T.MAN_C_TYPES)
-            out += [f"       #include <{project}/{parts[-2] if len(parts) > 1 else project}.h>", "",
+            out += [f"       #include <{project}/{parts[-2]}.h>", "",
                     _man_wrap(f"{ret}{'' if ret.endswith('*') else ' '}{func}({args or 'void'});", 7, 8 + len(func))]
         elif library:
-            owner = ".".join(parts[:-1])
-            call = func
-            if len(parts) >= 3 and parts[-2][:1].isupper():  # a method
-                owner, call = ".".join(parts[:-2]), f"{parts[-2]}.{func}"
-            out += [f"       from {owner} import {call.split('.')[0]}", "",
+            cut = -2 if len(parts) >= 3 and parts[-2][:1].isupper() else -1  # a method is called on its class
+            owner, call = ".".join(parts[:cut]), ".".join(parts[cut:])
+            out += [f"       from {owner} import {parts[cut]}", "",
                     _man_wrap(f"{call}({', '.join(api.signature or ())})", 7, 8 + len(call))]
         else:
             tokens = [cmd] + [f"[{o}]".replace(" ", "\xa0") for o in options]
@@ -122,10 +120,8 @@ class ManPages(BuilderBase):
         for short, long, arg, desc in options:
             meta = (arg if rng.random() < 0.5 else T.ZH_OPTION_ARGS[arg]) if arg else ""
             spec = f"--{long}={meta}" if meta else f"--{long}"
-            if short and meta and rng.random() >= 0.5:
-                spec = f"-{short} {meta}, {spec}"
-            elif short:
-                spec = f"-{short}, {spec}"
+            if short:
+                spec = f"-{short} {meta}, {spec}" if meta and rng.random() >= 0.5 else f"-{short}, {spec}"
             text = self.fill(desc, slots)
             if rng.random() < 0.35:
                 text += self.fill(rng.choice(T.ZH_MAN_OPTION_NOTES), slots)
