@@ -10,12 +10,22 @@ from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _man_title_line, _man_wrap, _metavar, _zh_wrap, to_traditional
 
 
+# A man page as its generator makes it: its lines, reference ("LS(1)"), the title and the footer's left part and
+# date (what `man` prints above and below the sections)
+Page = tuple[list[str], str, str, str, str]
+
+
 class ManPages(BuilderBase):
     def man_page(self, loc: str) -> str:
-        """A formatted man page: English from an API doc (see `_man_en`), Chinese from templates."""
-        return self._man_en(self.api.pop()) if loc == "en_US" else self._man_zh(loc)
+        """A formatted man page: English from an API doc (see `_man_en`), Chinese from templates; most
+        between a header line (reference, title, reference) and a footer line (source, date, reference)."""
+        lines, ref, title, source, date = self._man_en(self.api.pop()) if loc == "en_US" else self._man_zh(loc)
+        text = "\n".join(lines).rstrip()
+        if self.rng.random() < 0.8:
+            text = f"{_man_title_line(ref, title, ref)}\n\n{text}\n\n{_man_title_line(source, date, ref)}"
+        return to_traditional(text) if loc == "zh_TW" else text
 
-    def _man_en(self, api: ApiDoc) -> str:
+    def _man_en(self, api: ApiDoc) -> Page:
         """The man page of a documented function: as a command (section 1; its parameters become
         --options) or, when its signature is known, sometimes as a library function (section 3; half of
         those as C: a LIBRARY line, #include and a C prototype)."""
@@ -35,11 +45,7 @@ class ManPages(BuilderBase):
         summary = api.summary.rstrip(".")
         if summary[1:2].islower():
             summary = summary[0].lower() + summary[1:]
-        out = []
-        header = rng.random() < 0.8
-        if header:
-            out += [_man_title_line(ref, title.format(project=project.capitalize()), ref), ""]
-        out += ["NAME", _man_wrap(f"{cmd} - {summary}", 7), ""]
+        out = ["NAME", _man_wrap(f"{cmd} - {summary}", 7), ""]
         if c_style:
             library_line = rng.choice(T.MAN_C_LIBRARIES).format(project=project, Project=project.capitalize())
             out += ["LIBRARY", _man_wrap(library_line, 7), ""]
@@ -52,14 +58,12 @@ class ManPages(BuilderBase):
             args = ", ".join(f"{rng.choice(T.MAN_C_TYPES)} {a.split('=')[0].split(':')[0].strip().lstrip('*')}"
                              for a in api.signature or ())
             ret = rng.choice(T.MAN_C_TYPES)
-            out += [f"       #include <{project}/{parts[-2] if len(parts) > 1 else project}.h>", "",
+            out += [f"       #include <{project}/{parts[-2]}.h>", "",
                     _man_wrap(f"{ret}{'' if ret.endswith('*') else ' '}{func}({args or 'void'});", 7, 8 + len(func))]
         elif library:
-            owner = ".".join(parts[:-1])
-            call = func
-            if len(parts) >= 3 and parts[-2][:1].isupper():  # a method
-                owner, call = ".".join(parts[:-2]), f"{parts[-2]}.{func}"
-            out += [f"       from {owner} import {call.split('.')[0]}", "",
+            cut = -2 if len(parts) >= 3 and parts[-2][:1].isupper() else -1  # a method is called on its class
+            owner, call = ".".join(parts[:cut]), ".".join(parts[cut:])
+            out += [f"       from {owner} import {parts[cut]}", "",
                     _man_wrap(f"{call}({', '.join(api.signature or ())})", 7, 8 + len(call))]
         else:
             tokens = [cmd] + [f"[{o}]".replace(" ", "\xa0") for o in options]
@@ -81,13 +85,11 @@ class ManPages(BuilderBase):
             out += ["SEE ALSO", _man_wrap(", ".join(f"{r}({sec})" for r in refs), 7), ""]
         if rng.random() < 0.15:
             out += ["AUTHORS", f"       Written by the {project} developers.", ""]
-        if header:
-            version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
-            date = f"{rng.choice(T.MONTHS)} {rng.randint(2015, 2024)}"
-            out.append(_man_title_line(f"{project} {version}", date, ref))
-        return "\n".join(out).rstrip()
+        version = f"{rng.randint(0, 3)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}"
+        date = f"{rng.choice(T.MONTHS)} {rng.randint(2015, 2024)}"
+        return out, ref, title.format(project=project.capitalize()), f"{project} {version}", date
 
-    def _man_zh(self, loc: str) -> str:
+    def _man_zh(self, loc: str) -> Page:
         """A Chinese man page from the templates: a program (English name) with its purpose, 3-8 options
         with full-sentence descriptions, description paragraphs and some of the optional sections."""
         rng, f = self.rng, self.fake[loc]
@@ -97,17 +99,14 @@ class ManPages(BuilderBase):
         long_opts = [f"--{o[1]}" for o in options]
         path = rng.choice(T.ZH_MAN_PATHS).format(prog=prog)
         env = rng.choice(T.ZH_MAN_ENV).format(PROG=prog.upper().replace("-", "_"))
-        slots = self.choosers(T.ZH_MAN_SLOTS)
+        others = [f"{p}({s})" for p, _, _, s in T.ZH_MAN_PROGS if p != prog]  # for SEE ALSO
         option = functools.partial(rng.choice, long_opts)
+        slots = self.choosers(T.ZH_MAN_SLOTS)
         slots.update(prog=lambda: prog, zharg=lambda: zharg, opt=option, opt2=option, path=lambda: path,
                      env=lambda: env, ver=lambda: f"{rng.randint(1, 4)}.{rng.randint(0, 20)}", name=f.name,
-                     name_en=self.fake["en_US"].name)
-        ref = f"{prog.upper()}({sec})"
-        out = []
-        header = rng.random() < 0.75
-        if header:
-            out += [_man_title_line(ref, rng.choice(T.ZH_MAN_TITLES[sec]), ref), ""]
-        out += [name_h, f"       {prog} - {purpose}", "", syn_h]
+                     name_en=self.fake["en_US"].name,
+                     see_also=lambda: ", ".join(rng.sample(others, rng.randint(1, 4))))
+        out = [name_h, f"       {prog} - {purpose}", "", syn_h]
         if rng.random() < 0.5:
             out.append(f"       {prog} [选项]... [{zharg}]...")
         else:
@@ -121,10 +120,8 @@ class ManPages(BuilderBase):
         for short, long, arg, desc in options:
             meta = (arg if rng.random() < 0.5 else T.ZH_OPTION_ARGS[arg]) if arg else ""
             spec = f"--{long}={meta}" if meta else f"--{long}"
-            if short and meta and rng.random() >= 0.5:
-                spec = f"-{short} {meta}, {spec}"
-            elif short:
-                spec = f"-{short}, {spec}"
+            if short:
+                spec = f"-{short} {meta}, {spec}" if meta and rng.random() >= 0.5 else f"-{short}, {spec}"
             text = self.fill(desc, slots)
             if rng.random() < 0.35:
                 text += self.fill(rng.choice(T.ZH_MAN_OPTION_NOTES), slots)
@@ -134,23 +131,14 @@ class ManPages(BuilderBase):
             usable = [o for o in long_opts if o not in ("--help", "--version")] or [""]
             for i in range(rng.randint(1, 3)):
                 out.append("       " + " ".join(w for w in (prog, rng.choice(usable), rng.choice(T.ZH_MAN_ARGS)) if w))
-                how = rng.choice(("{effect}。", "这条命令会{effect}。", "与上面的例子类似，不过会{effect}。"
-                                  if i else "下面的命令会{effect}。"))
-                out += [_zh_wrap(self.fill(how, slots), 14), ""]
+                how = self.fill(rng.choice(T.ZH_MAN_EXAMPLE_TEXTS["next" if i else "first"]), slots)
+                out += [_zh_wrap(how, 14), ""]
         for heading, (share, item, texts) in zip(optional_h, T.ZH_MAN_OPTIONAL_SECTIONS):
-            if rng.random() >= share:
-                continue
-            if texts is None:  # SEE ALSO
-                others = rng.sample([p for p in T.ZH_MAN_PROGS if p[0] != prog], rng.randint(1, 4))
-                out += [heading, "       " + ", ".join(f"{p[0]}({p[3]})" for p in others), ""]
-                continue
-            lines = [f"       {self.fill(item, slots)}"] if item else []
-            text = self.fill(rng.choice(getattr(T, texts.upper())), slots)
-            out += [heading, *lines, _zh_wrap(text, 14 if item else 7), ""]
-        if header:
-            package = rng.choice(("GNU coreutils", "util-linux", "procps-ng", prog, "Linux"))
-            date = rng.choice((f"{rng.randint(2008, 2024)}年{rng.randint(1, 12)}月",
-                               f"{rng.randint(2008, 2024)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"))
-            out.append(_man_title_line(f"{package} {rng.randint(1, 9)}.{rng.randint(0, 40)}", date, ref))
-        text = "\n".join(out).rstrip()
-        return to_traditional(text) if loc == "zh_TW" else text
+            if rng.random() < share:
+                lines = [f"       {self.fill(item, slots)}"] if item else []
+                text = self.fill(rng.choice(getattr(T, texts.upper())), slots)
+                out += [heading, *lines, _zh_wrap(text, 14 if item else 7), ""]
+        source = f"{rng.choice(T.ZH_MAN_SOURCES).format(prog=prog)} {rng.randint(1, 9)}.{rng.randint(0, 40)}"
+        date = rng.choice(T.ZH_MAN_DATES).format(year=rng.randint(2008, 2024), month=rng.randint(1, 12),
+                                                 day=rng.randint(1, 28))
+        return out, f"{prog.upper()}({sec})", rng.choice(T.ZH_MAN_TITLES[sec]), source, date

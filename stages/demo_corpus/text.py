@@ -18,6 +18,8 @@ S2T_SPLIT = re.compile("(" + "|".join(sorted(T.S2T_PHRASES, key=len, reverse=Tru
 SENTENCE_END = re.compile(r"(?<=[.。!?])[ \t]*")
 MAN_WIDTH = 78
 ZH_NO_LINE_START = set("，。、；：？！）」』”’》")
+# the tokens of a code block by their Pygments class (prompt, number, name, punctuation); whitespace has none
+CODE_TOKEN = re.compile(r"(?P<gp>^(?:>>>|\.\.\.|\$) )|(?P<mi>\d+\b)|(?P<n>\w+)|(?P<p>[^\w\s])|\s+", re.M)
 
 
 def to_traditional(text: str) -> str:
@@ -36,8 +38,7 @@ def _plural(noun: str) -> str:
     return noun[:-1] + "ies" if noun.endswith("y") and noun[-2] not in "aeiou" else noun + "s"
 
 
-def _third_person(verb: str) -> str:
-    return _plural(verb)  # same spelling rules for the verbs listed
+_third_person = _plural  # the same spelling rules for the verbs listed
 
 
 def _past(verb: str) -> str:
@@ -104,16 +105,9 @@ def _slug(text: str, i: int) -> str:
 
 def _code_html(code: str, lang: str) -> str:
     """A highlighted code block as Sphinx writes it (Pygments spans inside <pre>)."""
-    out = []
-    for tok in re.findall(r"^(?:>>>|\.\.\.|\$) |\w+|\s+|[^\w\s]", code, re.M):
-        if tok in (">>> ", "... ", "$ "):
-            out.append(f'<span class="gp">{html.escape(tok)}</span>')
-        elif tok.isspace():
-            out.append(tok)
-        else:
-            cls = "mi" if tok.isdigit() else "n" if tok[0].isalnum() or tok[0] == "_" else "p"
-            out.append(f'<span class="{cls}">{html.escape(tok)}</span>')
-    return T.CODE_BLOCK.substitute(lang=lang, code="".join(out))
+    spans = (f'<span class="{m.lastgroup}">{html.escape(m[0])}</span>' if m.lastgroup else m[0]
+             for m in CODE_TOKEN.finditer(code))
+    return T.CODE_BLOCK.substitute(lang=lang, code="".join(spans))
 
 
 def _api_html(api: ApiDoc, labels: dict[str, str]) -> str:
@@ -121,13 +115,10 @@ def _api_html(api: ApiDoc, labels: dict[str, str]) -> str:
     esc = html.escape
     owner, func = api.name.rsplit(".", 1)
     params = api.signature or tuple(n for n, _, _ in api.params)
-    sig = ", ".join(f'<em class="sig-param"><span class="n"><span class="pre">{esc(p)}</span></span></em>'
-                    for p in params)
-    items = "".join(f'<li><p><strong>{esc(n)}</strong>{f" (<em>{esc(t)}</em>)" if t else ""} – {esc(d)}</p></li>\n'
+    sig = ", ".join(T.API_SIG_PARAM.substitute(param=esc(p)) for p in params)
+    items = "".join(T.API_PARAM.substitute(name=esc(n), type=f" (<em>{esc(t)}</em>)" if t else "", text=esc(d))
                     for n, t, d in api.params)
-    refs = ", ".join(f'<a class="reference internal" href="#{esc(r)}" title="{esc(r)}"><code class="xref py '
-                     f'py-func docutils literal notranslate"><span class="pre">{esc(r)}</span></code></a>'
-                     for r in api.see_also)
+    refs = ", ".join(T.API_REF.substitute(ref=esc(r)) for r in api.see_also)
     example = f'\n<p class="rubric">{labels["examples"]}</p>\n{_code_html(api.example, "default")}'
     return T.API_ENTRY.substitute(
         labels, kind="method" if owner.rsplit(".", 1)[-1][:1].isupper() else "function", name=esc(api.name),
