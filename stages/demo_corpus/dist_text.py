@@ -119,6 +119,7 @@ def readme_sections() -> tuple[str, ...]:
 
 PO_LINE = re.compile(r'(msgctxt|msgid_plural|msgid|msgstr(?:\[\d+\])?)\s+(".*")')
 PO_ESCAPE = re.compile(r"\\(.)")
+PO_FUZZY = re.compile(r"^\s*#,.*\bfuzzy\b", re.M)
 
 
 def _po_string(quoted: str) -> str:
@@ -127,29 +128,22 @@ def _po_string(quoted: str) -> str:
 
 def po_messages(text: str) -> list[str]:
     """The translations (msgstr, msgstr[n]) of a gettext .po file, in file order, stripped; not the
-    header, untranslated, fuzzy or obsolete entries."""
-    entries: list[tuple[dict[str, str], bool]] = []
-    entry: dict[str, str] = {}
-    key, fuzzy = None, False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("#~"):
-            continue
-        m = PO_LINE.fullmatch(line)
-        if any(k.startswith("msgstr") for k in entry) and (
-                not line or line.startswith("#") or (m and m[1] in ("msgctxt", "msgid"))):
-            entries.append((entry, fuzzy))
-            entry, key, fuzzy = {}, None, False
-        if line.startswith("#,") and "fuzzy" in line:
-            fuzzy = True
-        elif m:
-            key = m[1]
-            entry[key] = _po_string(m[2])
-        elif line.startswith('"') and key:
-            entry[key] += _po_string(line)
-    entries.append((entry, fuzzy))
-    return [v.strip() for e, fz in entries if e.get("msgid") and not fz
-            for k, v in e.items() if k.startswith("msgstr") and v.strip()]
+    header, untranslated, fuzzy or obsolete (#~) entries. Entries are separated by blank lines, as the
+    gettext tools write them."""
+    messages = []
+    for block in re.split(r"\n\s*\n", text):
+        entry: dict[str, str] = {}
+        key = ""
+        for line in block.splitlines():
+            line = line.strip()
+            if m := PO_LINE.fullmatch(line):
+                key = m[1]
+                entry[key] = _po_string(m[2])
+            elif line.startswith('"') and key:
+                entry[key] += _po_string(line)
+        if entry.get("msgid") and not PO_FUZZY.search(block):
+            messages += [v.strip() for k, v in entry.items() if k.startswith("msgstr") and v.strip()]
+    return messages
 
 
 @functools.cache
