@@ -40,7 +40,7 @@ def _corpus_dists() -> tuple[importlib.metadata.Distribution, ...]:
 
 def _corpus_files(keep: Callable[[importlib.metadata.PackagePath], bool]) -> list[importlib.metadata.PackagePath]:
     """The files of CORPUS_DISTRIBUTIONS (as their RECORD lists them) that `keep` takes, sorted by path, each
-    relative to the folder the distributions are installed in ("six-1.17.0.dist-info/LICENSE")."""
+    relative to the folder the distributions are installed in ("<name>-<version>.dist-info/LICENSE")."""
     return sorted((f for dist in _corpus_dists() for f in dist.files or () if keep(f)), key=str)
 
 
