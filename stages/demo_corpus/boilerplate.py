@@ -26,15 +26,10 @@ class Boilerplate(BuilderBase):
         source = self.rng.choices(list(mix), list(mix.values()))[0]
         if source == "licence" and self.licences:
             return self.licences.pop()
-        if source in ("licence", "notice"):
+        if source in ("licence", "notice"):  # templated notices once the real licence text is used up
             return self.notice()
-        if source == "po" and self.po["zh_CN"]:
-            return self.po_doc(loc)
-        if source in ("po", "messages"):
-            return self.messages(loc)
-        if source == "ui":
-            return self.ui_strings(loc)
-        return self.site_boilerplate(loc)
+        make = {"po": self.po_doc, "messages": self.messages, "ui": self.ui_strings, "templates": self.site_boilerplate}
+        return make[source](loc)
 
     def site_boilerplate(self, loc: str) -> str:
         """3-6 pieces of the website templates: cookie notices, copyright lines, menus, terms."""
@@ -67,10 +62,8 @@ class Boilerplate(BuilderBase):
         short, long, arg, en_help, zh_help = option
         if arg and rng.random() < 0.3:
             spec = f"-{short} {arg}, --{long} {arg}"
-        elif rng.random() < 0.15:
-            spec = f"    --{long}" + (f"={arg}" if arg else "")
         else:
-            spec = f"-{short}, --{long}" + (f"={arg}" if arg else "")
+            spec = (f"    --{long}" if rng.random() < 0.15 else f"-{short}, --{long}") + (f"={arg}" if arg else "")
         head = rng.choice(("  ", "  ", "  ", " ", "")) + spec
         width = rng.choice((22, 24, 26, 30))
         text = zh_help if zh else en_help
@@ -147,10 +140,9 @@ class Boilerplate(BuilderBase):
     def po_doc(self, loc: str) -> str:
         """4-12 translations from the Chinese .po catalogs that installed packages ship, one a line. The
         Traditional catalogs are small, so zh_TW takes 1-3 of theirs among templated messages."""
-        rng = self.rng
+        rng, pool = self.rng, self.po[loc]
+        lines = rng.sample(pool, min(len(pool), rng.randint(1, 3) if loc == "zh_TW" else rng.randint(4, 12)))
         if loc == "zh_TW":
-            lines = rng.sample(self.po["zh_TW"], min(len(self.po["zh_TW"]), rng.randint(1, 3)))
             lines += self.messages(loc).split("\n")
             rng.shuffle(lines)
-            return "\n".join(lines)
-        return "\n".join(rng.sample(self.po["zh_CN"], min(len(self.po["zh_CN"]), rng.randint(4, 12))))
+        return "\n".join(lines)
