@@ -26,15 +26,10 @@ class Boilerplate(BuilderBase):
         source = self.rng.choices(list(mix), list(mix.values()))[0]
         if source == "licence" and self.licences:
             return self.licences.pop()
-        if source in ("licence", "notice"):
+        if source in ("licence", "notice"):  # templated notices once the real licence text is used up
             return self.notice()
-        if source == "po" and self.po["zh_CN"]:
-            return self.po_doc(loc)
-        if source in ("po", "messages"):
-            return self.messages(loc)
-        if source == "ui":
-            return self.ui_strings(loc)
-        return self.site_boilerplate(loc)
+        make = {"po": self.po_doc, "messages": self.messages, "ui": self.ui_strings, "templates": self.site_boilerplate}
+        return make[source](loc)
 
     def site_boilerplate(self, loc: str) -> str:
         """3-6 pieces of the website templates: cookie notices, copyright lines, menus, terms."""
@@ -67,10 +62,8 @@ class Boilerplate(BuilderBase):
         short, long, arg, en_help, zh_help = option
         if arg and rng.random() < 0.3:
             spec = f"-{short} {arg}, --{long} {arg}"
-        elif rng.random() < 0.15:
-            spec = f"    --{long}" + (f"={arg}" if arg else "")
         else:
-            spec = f"-{short}, --{long}" + (f"={arg}" if arg else "")
+            spec = (f"    --{long}" if rng.random() < 0.15 else f"-{short}, --{long}") + (f"={arg}" if arg else "")
         head = rng.choice(("  ", "  ", "  ", " ", "")) + spec
         width = rng.choice((22, 24, 26, 30))
         text = zh_help if zh else en_help
@@ -96,17 +89,15 @@ class Boilerplate(BuilderBase):
             "licurl": lambda: licurl, "name": f.name, "email": f.email, "url": f.url}
         texts = dict(msg=T.ZH_MESSAGES, usage=T.ZH_USAGE, desc=T.ZH_DESCRIPTIONS, ver=T.ZH_VERSION_LINES) if zh else \
             dict(msg=T.EN_MESSAGES, usage=T.EN_USAGE, desc=T.EN_DESCRIPTIONS, ver=T.EN_VERSION_LINES)
-        if rng.random() < 0.4:  # one program's --help
-            lines = [self.fill(t, slots) for t in rng.sample(texts["usage"], rng.randint(1, 2))]
-            lines += [self.fill(t, slots) for t in rng.sample(texts["desc"], rng.randint(0, 2))]
-            lines += [self.option_line(o, zh) for o in rng.sample(T.CLI_OPTIONS, rng.randint(2, 7))]
-            lines += [self.fill(t, slots) for t in rng.sample(texts["ver"], rng.choice((0, 0, 1, 2)))]
-        else:  # lines of a message catalog
-            kinds = rng.choices(("msg", "usage", "desc", "opt", "ver"), (0.6, 0.08, 0.08, 0.14, 0.1),
-                                k=rng.randint(4, 12))
-            lines = [self.option_line(rng.choice(T.CLI_OPTIONS), zh) if k == "opt"
-                     else self.fill(rng.choice(texts[k]), slots) for k in kinds]
-        text = "\n".join(lines)
+        texts["opt"] = T.CLI_OPTIONS
+        if rng.random() < 0.4:  # one program's --help: usage, description, option and version lines, in this order
+            counts = dict(usage=rng.randint(1, 2), desc=rng.randint(0, 2), opt=rng.randint(2, 7),
+                          ver=rng.choice((0, 0, 1, 2)))
+            picks = [(kind, item) for kind, n in counts.items() for item in rng.sample(texts[kind], n)]
+        else:  # lines of a message catalog, in any order
+            kinds = rng.choices(list(T.CATALOG_LINES), list(T.CATALOG_LINES.values()), k=rng.randint(4, 12))
+            picks = [(kind, rng.choice(texts[kind])) for kind in kinds]
+        text = "\n".join(self.option_line(t, zh) if kind == "opt" else self.fill(t, slots) for kind, t in picks)
         return to_traditional(text) if loc == "zh_TW" else text
 
     def ui_strings(self, loc: str) -> str:
@@ -116,15 +107,13 @@ class Boilerplate(BuilderBase):
         slots = self.choosers(T.ZH_UI_SLOTS)
         slots["arg"] = functools.partial(rng.choice, T.ZH_ARGS + ("任务说明符",))
         runs = []
-        kinds = rng.choices(("settings", "package", "builtin", "exit"), (0.4, 0.25, 0.25, 0.1), k=rng.randint(2, 4))
-        for kind in kinds:
+        for kind in rng.choices(list(T.ZH_UI_RUNS), list(T.ZH_UI_RUNS.values()), k=rng.randint(2, 4)):
             if kind == "settings":
                 runs += [self.fill(t, slots) for t in rng.sample(T.ZH_SETTINGS, rng.randint(3, 8))]
             elif kind == "package":
                 runs += rng.sample(T.ZH_PACKAGE_MESSAGES, rng.randint(3, 8))
             elif kind == "exit":
-                runs += [T.ZH_EXIT_STATUS[0], *T.ZH_EXIT_STATUS[1:4]] if rng.random() < 0.5 \
-                    else [T.ZH_EXIT_STATUS[0], *rng.sample(T.ZH_EXIT_STATUS[4:], 1)]
+                runs += rng.choice(T.ZH_EXIT_STATUS)
             else:
                 runs.append(self.builtin_help(slots))
         text = "\n".join(runs)
@@ -147,10 +136,9 @@ class Boilerplate(BuilderBase):
     def po_doc(self, loc: str) -> str:
         """4-12 translations from the Chinese .po catalogs that installed packages ship, one a line. The
         Traditional catalogs are small, so zh_TW takes 1-3 of theirs among templated messages."""
-        rng = self.rng
+        rng, pool = self.rng, self.po[loc]
+        lines = rng.sample(pool, min(len(pool), rng.randint(1, 3) if loc == "zh_TW" else rng.randint(4, 12)))
         if loc == "zh_TW":
-            lines = rng.sample(self.po["zh_TW"], min(len(self.po["zh_TW"]), rng.randint(1, 3)))
             lines += self.messages(loc).split("\n")
             rng.shuffle(lines)
-            return "\n".join(lines)
-        return "\n".join(rng.sample(self.po["zh_CN"], min(len(self.po["zh_CN"]), rng.randint(4, 12))))
+        return "\n".join(lines)

@@ -8,8 +8,7 @@ import functools
 import importlib.metadata
 import random
 import re
-import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from stages.demo_corpus.docstrings import _drop_near_duplicates, pack
@@ -33,23 +32,16 @@ def corpus_distributions() -> frozenset[str]:
     return frozenset(map(_canonical, T.CORPUS_DISTRIBUTIONS))
 
 
-def _corpus_dist_infos() -> Iterator[tuple[Path, Path]]:
-    """(site-packages folder, *.dist-info folder) of each installed distribution of CORPUS_DISTRIBUTIONS, sorted."""
-    for root in _site_packages():
-        for dist in sorted(root.glob("*.dist-info")):
-            if _canonical(dist.name[: -len(".dist-info")].rsplit("-", 1)[0]) in corpus_distributions():
-                yield root, dist
+@functools.cache
+def _corpus_dists() -> tuple[importlib.metadata.Distribution, ...]:
+    """The installed distributions of CORPUS_DISTRIBUTIONS (each must be installed: requirements.lock pins it)."""
+    return tuple(importlib.metadata.distribution(name) for name in sorted(corpus_distributions()))
 
 
-def _corpus_package(top_level: str) -> bool:
-    dists = importlib.metadata.packages_distributions().get(top_level, [])
-    return any(_canonical(d) in corpus_distributions() for d in dists)
-
-
-def _site_packages() -> list[Path]:
-    """The folders that the installed distributions live in (purelib and platlib; usually one)."""
-    paths = sysconfig.get_paths()
-    return sorted({Path(paths[key]) for key in ("purelib", "platlib")})
+def _corpus_files(keep: Callable[[importlib.metadata.PackagePath], bool]) -> list[importlib.metadata.PackagePath]:
+    """The files of CORPUS_DISTRIBUTIONS (as their RECORD lists them) that `keep` takes, sorted by path, each
+    relative to the folder the distributions are installed in ("<name>-<version>.dist-info/LICENSE")."""
+    return sorted((f for dist in _corpus_dists() for f in dist.files or () if keep(f)), key=str)
 
 
 @functools.cache
@@ -60,20 +52,20 @@ def licence_texts() -> tuple[tuple[str, tuple[str, ...]], ...]:
     packages ship the same MIT or Apache text), those without a word and those over 3000 chars."""
     seen: set[str] = set()
     texts = []
-    for root, dist in _corpus_dist_infos():
-        for path in sorted(p for p in dist.rglob("*") if p.name.upper().startswith(LICENCE_FILES) and p.is_file()):
-            text = path.read_text(encoding="utf-8", errors="replace")
-            text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
-            paras = []
-            for block in re.split(r"\n[ \t]*\n", text):
-                para = "\n".join(line.rstrip() for line in block.split("\n")).strip("\n")
-                key = " ".join(para.split()).casefold()
-                if key in seen or not re.search(r"[A-Za-z]{3}", para) or len(para) > LICENCE_DOC_CHARS[1]:
-                    continue
-                seen.add(key)
-                paras.append(para)
-            if paras:
-                texts.append((str(path.relative_to(root)), tuple(paras)))
+    for path in _corpus_files(lambda f: f.parts[0].endswith(".dist-info")
+                              and f.name.upper().startswith(LICENCE_FILES)):
+        text = path.locate().read_text(encoding="utf-8", errors="replace")
+        text = text.replace("\r\n", "\n").replace("\f", "").expandtabs(4)
+        paras = []
+        for block in re.split(r"\n[ \t]*\n", text):
+            para = "\n".join(line.rstrip() for line in block.split("\n")).strip("\n")
+            key = " ".join(para.split()).casefold()
+            if key in seen or not re.search(r"[A-Za-z]{3}", para) or len(para) > LICENCE_DOC_CHARS[1]:
+                continue
+            seen.add(key)
+            paras.append(para)
+        if paras:
+            texts.append((str(path), tuple(paras)))
     return tuple(texts)
 
 
@@ -108,12 +100,8 @@ def readme_sections() -> tuple[str, ...]:
     cut to 3000 chars at a paragraph break."""
     lo, hi = README_CHARS
     sections: list[str] = []
-    for _, dist in _corpus_dist_infos():
-        path = dist / "METADATA"
-        if not path.is_file():
-            continue
-        text = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
-        head, _, body = text.partition("\n\n")  # the body follows the header block
+    for dist in _corpus_dists():
+        body = (dist.read_text("METADATA") or "").replace("\r\n", "\n").partition("\n\n")[2]  # after the headers
         cur = ""
         for part in README_HEADING.split("\n" + body.strip() + "\n"):
             part = part.strip("\n")
@@ -131,6 +119,7 @@ def readme_sections() -> tuple[str, ...]:
 
 PO_LINE = re.compile(r'(msgctxt|msgid_plural|msgid|msgstr(?:\[\d+\])?)\s+(".*")')
 PO_ESCAPE = re.compile(r"\\(.)")
+PO_FUZZY = re.compile(r"^\s*#,.*\bfuzzy\b", re.M)
 
 
 def _po_string(quoted: str) -> str:
@@ -139,46 +128,36 @@ def _po_string(quoted: str) -> str:
 
 def po_messages(text: str) -> list[str]:
     """The translations (msgstr, msgstr[n]) of a gettext .po file, in file order, stripped; not the
-    header, untranslated, fuzzy or obsolete entries."""
-    entries: list[tuple[dict[str, str], bool]] = []
-    entry: dict[str, str] = {}
-    key, fuzzy = None, False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("#~"):
-            continue
-        m = PO_LINE.fullmatch(line)
-        if any(k.startswith("msgstr") for k in entry) and (
-                not line or line.startswith("#") or (m and m[1] in ("msgctxt", "msgid"))):
-            entries.append((entry, fuzzy))
-            entry, key, fuzzy = {}, None, False
-        if line.startswith("#,") and "fuzzy" in line:
-            fuzzy = True
-        elif m:
-            key = m[1]
-            entry[key] = _po_string(m[2])
-        elif line.startswith('"') and key:
-            entry[key] += _po_string(line)
-    entries.append((entry, fuzzy))
-    return [v.strip() for e, fz in entries if e.get("msgid") and not fz
-            for k, v in e.items() if k.startswith("msgstr") and v.strip()]
+    header, untranslated, fuzzy or obsolete (#~) entries. Entries are separated by blank lines, as the
+    gettext tools write them."""
+    messages = []
+    for block in re.split(r"\n\s*\n", text):
+        entry: dict[str, str] = {}
+        key = ""
+        for line in block.splitlines():
+            line = line.strip()
+            if m := PO_LINE.fullmatch(line):
+                key = m[1]
+                entry[key] = _po_string(m[2])
+            elif line.startswith('"') and key:
+                entry[key] += _po_string(line)
+        if entry.get("msgid") and not PO_FUZZY.search(block):
+            messages += [v.strip() for k, v in entry.items() if k.startswith("msgstr") and v.strip()]
+    return messages
 
 
 @functools.cache
 def po_catalogs() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-    """(file, variant, messages) for each Chinese gettext catalog that installed packages ship
-    (<package>/.../zh*/LC_MESSAGES/*.po), in sorted order: the translations with 2 or more Chinese
+    """(file, variant, messages) for each Chinese gettext catalog that the distributions ship
+    (.../zh*/LC_MESSAGES/*.po), in sorted order: the translations with 2 or more Chinese
     characters, each once over all catalogs. variant: zh_TW for zh_TW/zh_HK/zh_Hant, else zh_CN."""
     seen: set[str] = set()
     catalogs = []
-    for root in _site_packages():
-        paths = sorted({p for pattern in ("*/*/zh*/LC_MESSAGES/*.po", "*/*/*/zh*/LC_MESSAGES/*.po")
-                        for p in root.glob(pattern) if _corpus_package(p.relative_to(root).parts[0])})
-        for path in paths:
-            variant = "zh_TW" if re.search(r"zh[_-](TW|HK|MO|Hant)", path.parent.parent.name) else "zh_CN"
-            msgs = [m for m in dict.fromkeys(po_messages(path.read_text(encoding="utf-8", errors="replace")))
-                    if len(CJK_CHAR.findall(m)) >= 2 and m not in seen]
-            seen.update(msgs)
-            if msgs:
-                catalogs.append((str(path.relative_to(root)), variant, tuple(msgs)))
+    for path in _corpus_files(lambda f: f.match("zh*/LC_MESSAGES/*.po")):
+        variant = "zh_TW" if re.search(r"zh[_-](TW|HK|MO|Hant)", path.parent.parent.name) else "zh_CN"
+        msgs = [m for m in dict.fromkeys(po_messages(path.locate().read_text(encoding="utf-8", errors="replace")))
+                if len(CJK_CHAR.findall(m)) >= 2 and m not in seen]
+        seen.update(msgs)
+        if msgs:
+            catalogs.append((str(path), variant, tuple(msgs)))
     return tuple(catalogs)

@@ -21,24 +21,21 @@ class Quotes(BuilderBase):
     def _quote_en(self) -> str:
         rng = self.rng
         source = rng.choices(list(T.QUOTE_SOURCES_EN), list(T.QUOTE_SOURCES_EN.values()))[0]
-        module = ""
         if source == "zen" and self.zen:
             a, b = self.zen.pop()
             body = rng.choice(T.ZEN_FRAMES).format(a=a[0].lower() + a[1:], b=b[0].lower() + b[1:], A=a,
                                                  noun=rng.choice(T.EN_NOUNS))
             body = body if body.endswith(".") else body + "."
-            attribution = rng.choice(("\n    -- Tim Peters", '\n\t\t-- Tim Peters, "The Zen of Python"'))
+            return body + rng.choice(("\n    -- Tim Peters", '\n\t\t-- Tim Peters, "The Zen of Python"'))
+        if source == "prose" and self.quote_sentences:
+            module, body = self.quote_sentences.pop()
         else:
-            if source == "prose" and self.quote_sentences:
-                module, body = self.quote_sentences.pop()
-            else:
-                body = " ".join(self.en_sentence(T.EN_APHORISMS) for _ in range(rng.choice((1, 1, 2, 2, 3))))
-            form = rng.choice(T.QUOTE_ATTRIBUTION_EN if module else T.QUOTE_ATTRIBUTION_EN[:-1])
-            born = rng.randint(1600, 1950)
-            attribution = form.format(name=self.fake["en_US"].name(), module=module, born=born,
-                                      died=born + rng.randint(30, 95),
-                                      work=self.fill(rng.choice(T.EN_WORKS), self.en_slots))
-        return body + attribution
+            module, body = "", " ".join(self.en_sentence(T.EN_APHORISMS) for _ in range(rng.choice((1, 1, 2, 2, 3))))
+        form = rng.choice(T.QUOTE_ATTRIBUTION_EN if module else T.QUOTE_ATTRIBUTION_EN[:-1])
+        born = rng.randint(1600, 1950)
+        return body + form.format(name=self.fake["en_US"].name(), module=module, born=born,
+                                  died=born + rng.randint(30, 95),
+                                  work=self.fill(rng.choice(T.EN_WORKS), self.en_slots))
 
     def _quote_zh(self, loc: str) -> str:
         rng = self.rng
