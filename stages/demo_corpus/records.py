@@ -73,19 +73,12 @@ def _dumps(obj: Any) -> str:
 
 
 def _even_shares(available: dict[str, int], total: int) -> dict[str, int]:
-    """`total` split as evenly as `available` allows: a group with fewer than its share gives all it has and
-    the rest is shared among the others (water-filling), in sorted order of the groups for ties."""
-    shares, left, open_groups = dict.fromkeys(available, 0), total, sorted(available)
-    while left > 0 and open_groups:
-        each = max(1, left // len(open_groups))
-        for g in list(open_groups):
-            take = min(each, available[g] - shares[g], left)
-            shares[g] += take
-            left -= take
-            if shares[g] == available[g]:
-                open_groups.remove(g)
-            if not left:
-                break
+    """`total` split as evenly as `available` allows (water-filling): the groups from the smallest up, each
+    takes an even share of what is left or all it has; the remainder of an uneven split goes to the larger."""
+    shares, left = {}, total
+    for n, g in enumerate(sorted(available, key=lambda g: (available[g], g))):
+        shares[g] = min(available[g], left // (len(available) - n))
+        left -= shares[g]
     return shares
 
 
