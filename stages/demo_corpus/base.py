@@ -36,10 +36,8 @@ class BuilderBase:
         self.rng.shuffle(self.readmes)
         self.po = {v: [m for _, variant, msgs in po_catalogs() if variant == v for m in msgs]
                    for v in ("zh_CN", "zh_TW")}
-        self.zh_slots = {loc: self._zh_slots(loc) for loc in ("zh_CN", "zh_TW")}
-        self.api = list(api_docs())  # for English man pages and documentation pages, used once each
-        self.rng.shuffle(self.api)
-        self.api_all = tuple(self.api)  # every API doc, for the rows of reference tables (reused)
+        self.api_all = api_docs()  # every API doc, for the rows of reference tables (reused)
+        self.api = self.rng.sample(self.api_all, len(self.api_all))  # for man and doc pages, used once each
         zen = T.ZEN_OF_PYTHON
         self.zen = [zen[i:i + 2] for i in range(0, len(zen) - 1, 2)]  # pairs of consecutive ones, for quotes
         self.rng.shuffle(self.zen)
@@ -55,15 +53,13 @@ class BuilderBase:
             "Adj": lambda: rng.choice(T.EN_ADJECTIVES).capitalize(),
             "Noun": lambda: rng.choice(T.EN_NOUNS).capitalize(),
             "Nouns": lambda: _plural(rng.choice(T.EN_NOUNS)).capitalize()})
+        # the Chinese templates' slots: their word lists, a name of the locale, a year as in English
+        self.zh_slots = {loc: {**self.choosers(T.ZH_TEMPLATE_SLOTS), "name": self.fake[loc].name,
+                               "year": self.en_slots["year"]} for loc in ("zh_CN", "zh_TW")}
         self.zh_quote_slots = self.choosers(T.ZH_SAYING_SLOTS)
         self.seen: set[str] = set()
         self.id_numbers: list[int] = []
         self.genre = ""  # of the record being made (Doc.genre)
-
-    def _zh_slots(self, loc: str) -> dict[str, Callable[[], str]]:
-        slots = self.choosers(T.ZH_TEMPLATE_SLOTS)
-        slots.update(name=self.fake[loc].name, year=lambda: str(self.rng.randint(1995, 2024)))
-        return slots
 
     def choosers(self, slot_tables: dict[str, str]) -> dict[str, Callable[[], str]]:
         """{slot: a draw from its table} for a mapping of slots to table names (data/*.yaml)."""

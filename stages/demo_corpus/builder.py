@@ -15,25 +15,28 @@ from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _sentences
 
 
+# the locales of the drop kinds, by weight; the other kinds have every locale (LOCALES)
+LOCALE_WEIGHTS = {"ad": {"en_US": 0.55, "zh_CN": 0.45}, "boilerplate": T.BOILER_LOCALES}
+
+
 class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplicates):
     """`Builder(seed).build(num_docs)`: the records; `content(kind)` makes one record of a kind by calling
     `_<kind>(locale)` (article, html, ad, boilerplate, short, long, noisy)."""
 
     def _article(self, loc: str) -> str:
-        if loc == "en_US" or loc in self.zh_slots:
-            r = self.rng.random()
-            if r < T.MAN_SHARE and (loc != "en_US" or self.api):
-                self.genre = "man_page"
-                return self.man_page(loc)
-            if r < T.MAN_SHARE + T.QUOTE_SHARE:
-                self.genre = "quote"
-                return self.quote(loc)
-            if r < T.MAN_SHARE + T.QUOTE_SHARE + T.REFERENCE_SHARE and loc == "en_US":
-                self.genre = "reference"
-                return self.reference_section(loc)
-            if r < T.MAN_SHARE + T.QUOTE_SHARE + T.REFERENCE_SHARE + T.README_SHARE and loc == "en_US" and self.readmes:
-                self.genre = "readme"
-                return self.readmes.pop()
+        en = loc == "en_US"
+        if en or loc in self.zh_slots:
+            # (genre, share of articles, whether this article can be one, maker): a share it can't falls to the next
+            genres = (("man_page", T.MAN_SHARE, self.api or not en, self.man_page),
+                      ("quote", T.QUOTE_SHARE, True, self.quote),
+                      ("reference", T.REFERENCE_SHARE, en, self.reference_section),
+                      ("readme", T.README_SHARE, en and self.readmes, lambda _: self.readmes.pop()))
+            r, bound = self.rng.random(), 0.0
+            for genre, share, possible, make in genres:
+                bound += share
+                if r < bound and possible:
+                    self.genre = genre
+                    return make(loc)
         if loc in self.zh_slots and self.rng.random() < T.ZH_POEM_SHARE:
             self.genre = "poem"
             return self.zh_poem(loc)
@@ -73,12 +76,8 @@ class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplic
         return "\n\n".join(paras)
 
     def content(self, kind: str) -> Doc:
-        if kind == "ad":
-            loc = "en_US" if self.rng.random() < 0.55 else "zh_CN"
-        elif kind == "boilerplate":
-            loc = self.rng.choices(list(T.BOILER_LOCALES), list(T.BOILER_LOCALES.values()))[0]
-        else:
-            loc = self.rng.choices(list(LOCALES), [w for _, w, _ in LOCALES.values()])[0]
+        weights = LOCALE_WEIGHTS.get(kind, {loc: w for loc, (_, w, _) in LOCALES.items()})
+        loc = self.rng.choices(list(weights), list(weights.values()))[0]
         for _ in range(100):  # keep the text unique so that every duplicate is a labelled one
             self.genre = kind  # the generator names a finer genre where it has one (man_page, doc_page, ...)
             text = getattr(self, f"_{kind}")(loc)

@@ -41,59 +41,47 @@ class Pages(BuilderBase):
         prose is the language's article text (the real pool for English)."""
         rng, f, esc = self.rng, self.fake[loc], html.escape
         zh = loc in self.zh_slots
-        labels = dict(T.DOC_LABELS["zh_CN" if zh else "en"])
+        labels = T.DOC_LABELS["zh_CN" if zh else "en"]
         paragraphs = self.paragraphs(loc)
         docbook = rng.random() < T.DOCBOOK_SHARE
         apis = [self.api.pop() for _ in range(min(len(self.api), rng.choice((0, 1, 1, 2))))] \
             if loc == "en_US" and not docbook else []
-        if zh:
-            headings = rng.sample(T.ZH_DOC_HEADINGS, 6)
-            project, title = rng.choice(T.ZH_TOOLS), headings.pop()
-            title = f"{project} {title}" if project.isascii() else title
-            neighbours = headings[:2]
-        elif loc == "en_US":
-            headings = rng.sample(T.EN_DOC_HEADINGS, 6)
-            if apis:
-                project, owner = apis[0].name.split(".")[0], apis[0].name.rsplit(".", 1)[0]
-                title = f"{owner} — {rng.choice(T.EN_DOC_TITLES)}"
-            else:
-                project, title = f.word().capitalize(), headings.pop()
-            modules = T.STDLIB_MODULES + T.PACKAGE_MODULES
-            neighbours = [rng.choice(modules) if apis else headings.pop() for _ in range(2)]
+        # seven headings: the page's title, its two neighbours, up to three sections and the chapter (the last)
+        if zh or loc == "en_US":
+            headings = rng.sample(T.ZH_DOC_HEADINGS if zh else T.EN_DOC_HEADINGS, 7)
         else:
-            headings = [self.sentence(loc, 3).rstrip(".。") for _ in range(4)]
-            project, title = f.word().capitalize(), self.sentence(loc, 4).rstrip(".。")
-            neighbours = [self.sentence(loc, 3).rstrip(".。") for _ in range(2)]
+            headings = [self.sentence(loc, 3).rstrip(".。") for _ in range(7)]
+        project = rng.choice(T.ZH_TOOLS) if zh else f.word().capitalize()
         if loc == "zh_TW":
             labels = {k: to_traditional(v) for k, v in labels.items()}
-            headings, neighbours = [to_traditional(h) for h in headings], [to_traditional(n) for n in neighbours]
-            title, project = to_traditional(title), to_traditional(project)
+            headings, project = [to_traditional(h) for h in headings], to_traditional(project)
+        title, neighbours = headings.pop(), [headings.pop(), headings.pop()]
+        if zh and project.isascii():
+            title = f"{project} {title}"
+        if apis:  # an API reference page, between two modules
+            project, owner = apis[0].name.split(".")[0], apis[0].name.rsplit(".", 1)[0]
+            title = f"{owner} — {rng.choice(T.EN_DOC_TITLES)}"
+            neighbours = rng.sample(T.STDLIB_MODULES + T.PACKAGE_MODULES, 2)
+        # sections: (heading, blocks); the first, the page's introduction, has none
+        num_headed = min(len(paragraphs) - 1, rng.choice((1, 1, 2)))
+        cuts = sorted(rng.sample(range(1, len(paragraphs)), num_headed))
+        groups = [paragraphs[a:b] for a, b in zip([0, *cuts], [*cuts, len(paragraphs)])]
+        sections = [(heading, [f"<p>{esc(p)}</p>" for p in g]) for heading, g in zip(["", *headings], groups)]
         if rng.random() < 0.7:  # a code block: imports of the API entries (their examples are theirs), or shell
             imports = [f">>> from {owner} import {name}" for owner, name in (a.name.rsplit(".", 1) for a in apis)
                        if not owner.rsplit(".", 1)[-1][:1].isupper()]
             code = "\n".join(imports) or "\n".join(f"$ {rng.choice(T.ZH_COMMANDS)} {rng.choice(T.ZH_OPTIONS)}"
                                                    for _ in range(rng.randint(1, 3)))
-        else:
-            code = ""
-        # sections: (heading, blocks); the first has no heading (the page's introduction)
-        n_sections = min(len(paragraphs), rng.randint(1, 3)) + 1
-        cuts = sorted(rng.sample(range(1, len(paragraphs)), n_sections - 2)) if n_sections > 2 else []
-        groups = [paragraphs[a:b] for a, b in zip([0, *cuts], [*cuts, len(paragraphs)])]
-        if len(groups) == 1 and len(paragraphs) > 1:
-            groups = [paragraphs[:1], paragraphs[1:]]
-        sections: list[tuple[str, list[str]]] = [("" if i == 0 else headings[i - 1], [f"<p>{esc(p)}</p>" for p in g])
-                                                  for i, g in enumerate(groups)]
-        if code:
             block = (f'<pre class="{rng.choice(("programlisting", "screen"))}">{esc(code)}</pre>' if docbook
                      else _code_html(code, "python3" if code.startswith(">>>") else "console"))
             where = sections[rng.randrange(len(sections))][1]
             where.insert(rng.randint(0, len(where)), block)
         if apis:
             sections.append((headings[len(sections) - 1], [_api_html(a, labels) for a in apis]))
-        year = rng.randint(2008, 2024)
-        version = f"{rng.randint(0, 5)}.{rng.randint(0, 20)}"
-        anchor, prev_title, next_title = _slug(title, 0), *neighbours
         prev_href, next_href = (f"{_slug(t, i + 1)}.html" for i, t in enumerate(neighbours))
+        values = dict(labels, lang=LOCALES[loc][0], title=esc(title), project=esc(project), anchor=_slug(title, 0),
+                      prev_title=esc(neighbours[0]), next_title=esc(neighbours[1]), prev_href=prev_href,
+                      next_href=next_href, section=esc(headings[-1]))
         if docbook:
             n_chapter = rng.randint(1, 12)
             num = f"{n_chapter}.{rng.randint(1, 9)}"
@@ -102,22 +90,18 @@ class Pages(BuilderBase):
                                                  blocks="".join(blocks)) if heading else "".join(blocks)
                     for i, (heading, blocks) in enumerate(sections)]
             return T.DOCBOOK_PAGE.substitute(
-                labels, lang=LOCALES[loc][0], num=num, title=esc(title),
-                book=esc(f"{project} {labels['documentation']}"),
-                up_href=f"ch{n_chapter:02d}.html", chapter_title=esc(chapter_title), prev_href=prev_href,
-                next_href=next_href, prev_title=esc(prev_title), next_title=esc(next_title), anchor=anchor,
-                body="".join(body))
+                values, num=num, book=esc(f"{project} {labels['documentation']}"), up_href=f"ch{n_chapter:02d}.html",
+                chapter_title=esc(chapter_title), body="".join(body))
         body = [T.SPHINX_SECTION.substitute(labels, id=_slug(heading, i), heading=esc(heading),
                                             blocks="\n".join(blocks)) if heading else "\n".join(blocks)
                 for i, (heading, blocks) in enumerate(sections)]
         toc = [f'<li><a class="reference internal" href="#{_slug(heading, i)}">{esc(heading)}</a></li>'
                for i, (heading, _) in enumerate(sections) if heading]
-        values = dict(labels, lang=LOCALES[loc][0], title=esc(title), project=esc(project), version=version,
-                      prev_title=esc(prev_title), next_title=esc(next_title), prev_href=prev_href,
-                      next_href=next_href, section=esc(headings[-1]))
+        values["version"] = f"{rng.randint(0, 5)}.{rng.randint(0, 20)}"
+        year = rng.randint(2008, 2024)
         return T.SPHINX_PAGE.substitute(
             values, related=T.SPHINX_RELATED.substitute(values), hash=f"{rng.getrandbits(32):08x}",
-            theme=rng.choice(T.SPHINX_THEMES), anchor=anchor, body="\n".join(body), toc_items="\n".join(toc),
-            source=_slug(title, 0), years=f"{year - rng.randint(0, 10)}-{year}",
+            theme=rng.choice(T.SPHINX_THEMES), body="\n".join(body), toc_items="\n".join(toc),
+            source=values["anchor"], years=f"{year - rng.randint(0, 10)}-{year}",
             authors=esc(f.company() if rng.random() < 0.5 else f"{project} developers"),
             sphinx_version=f"{rng.randint(4, 8)}.{rng.randint(0, 4)}.{rng.randint(0, 6)}")

@@ -54,9 +54,13 @@ class Doc:
         rec.update(text=self.text, source="demo", url=self.url)
         return _dumps(rec).encode("utf-8")
 
+    @property
+    def lang(self) -> str | None:
+        """The label language; None for a malformed record."""
+        return LOCALES[self.locale][0] if self.locale and not self.malformed else None
+
     def label(self, shard: str, line: int) -> dict[str, Any]:
-        lang = LOCALES[self.locale][0] if self.locale and not self.malformed else None
-        return {"shard": shard, "line": line, "id": self.id, "lang": lang, "kind": self.kind,
+        return {"shard": shard, "line": line, "id": self.id, "lang": self.lang, "kind": self.kind,
                 "malformed": self.malformed, "dup_of": self.dup_of, "dup_type": self.dup_type}
 
 
@@ -69,19 +73,12 @@ def _dumps(obj: Any) -> str:
 
 
 def _even_shares(available: dict[str, int], total: int) -> dict[str, int]:
-    """`total` split as evenly as `available` allows: a group with fewer than its share gives all it has and
-    the rest is shared among the others (water-filling), in sorted order of the groups for ties."""
-    shares, left, open_groups = dict.fromkeys(available, 0), total, sorted(available)
-    while left > 0 and open_groups:
-        each = max(1, left // len(open_groups))
-        for g in list(open_groups):
-            take = min(each, available[g] - shares[g], left)
-            shares[g] += take
-            left -= take
-            if shares[g] == available[g]:
-                open_groups.remove(g)
-            if not left:
-                break
+    """`total` split as evenly as `available` allows (water-filling): the groups from the smallest up, each
+    takes an even share of what is left or all it has; the remainder of an uneven split goes to the larger."""
+    shares, left = {}, total
+    for n, g in enumerate(sorted(available, key=lambda g: (available[g], g))):
+        shares[g] = min(available[g], left // (len(available) - n))
+        left -= shares[g]
     return shares
 
 
@@ -93,22 +90,20 @@ def semantic_labels(docs: list[Doc], seed: int) -> list[dict[str, Any]]:
     filter learns "keep" from the kinds of good text a corpus holds, not mostly from prose, which is most
     of the records. `text` is the record's text as written."""
     rng = random.Random(f"{seed}:semantic_labels")
-    pool = [(i, LOCALES[d.locale][0]) for i, d in enumerate(docs)
-            if d.malformed is None and d.dup_of is None and d.locale and LOCALES[d.locale][0] in T.SEMANTIC_LANGS]
-    chosen = {i for i, _ in pool if docs[i].kind in T.SEMANTIC_DROP_KINDS}
+    pool = [i for i, d in enumerate(docs) if d.dup_of is None and d.lang in T.SEMANTIC_LANGS]
+    chosen = {i for i in pool if docs[i].kind in T.SEMANTIC_DROP_KINDS}
     for lang in T.SEMANTIC_LANGS:
-        n_drop = sum(1 for i, lg in pool if lg == lang and i in chosen)
+        num_keep = round(T.SEMANTIC_KEEP_RATIO * sum(docs[i].lang == lang for i in chosen))
         by_genre: dict[str, list[int]] = {}
-        for i, lg in pool:
-            if lg == lang and docs[i].kind in T.SEMANTIC_KEEP_KINDS:
+        for i in pool:
+            if docs[i].lang == lang and docs[i].kind in T.SEMANTIC_KEEP_KINDS:
                 by_genre.setdefault(docs[i].genre or docs[i].kind, []).append(i)
-        shares = _even_shares({g: len(rows) for g, rows in by_genre.items()}, round(T.SEMANTIC_KEEP_RATIO * n_drop))
+        shares = _even_shares({g: len(rows) for g, rows in by_genre.items()}, num_keep)
         for genre in sorted(by_genre):
             chosen.update(rng.sample(by_genre[genre], shares[genre]))
     rows = []
-    for i in sorted(chosen):
-        d = docs[i]
+    for d in (docs[i] for i in sorted(chosen)):
         drop = d.kind in T.SEMANTIC_DROP_KINDS
-        rows.append({"id": d.id, "text": d.text, "lang": LOCALES[d.locale][0], "label": "drop" if drop else "keep",
+        rows.append({"id": d.id, "text": d.text, "lang": d.lang, "label": "drop" if drop else "keep",
                      "category": d.kind if drop else None})
     return rows
