@@ -50,11 +50,12 @@ ones included):
   see `licence_texts`; templated notices once it runs out), 20% templated copyright/licence notices
   (source headers, DEP-5 stanzas), 5% templated software messages (a --help text or catalog lines:
   usage, option help, errors with %s/%d/%1$s specifiers, version lines), 20% website templates
-  (cookie notices, menus, terms). Chinese: 35% translations from the zh gettext catalogs that
+  (cookie notices, menus, terms). Chinese: 30% translations from the zh gettext catalogs that
   installed packages ship (4-12 messages, one a line, see `po_catalogs`; zh_TW mixes the few
-  Traditional ones with templated messages), 45% templated software messages (catalog lines only:
-  unrelated errors with %s/%d, "无法…", "用法：…", option help lines; never one coherent --help text,
-  which is what the man pages are), 20% website templates. ads: en 55% / zh_CN 45%, from templates.
+  Traditional ones with templated messages), 30% templated software messages (as in English: a
+  --help text, or catalog lines such as errors with %s/%d, "无法…", "用法：…"), 25% runs of interface
+  strings (settings descriptions, package-manager messages, shell builtin help), 15% website
+  templates (data/mix.yaml `boiler_mix_zh`). ads: en 55% / zh_CN 45%, from templates.
 * languages (all kinds but ad/boilerplate): en 33%, zh 28% (zh_CN 21%, zh_TW 7%), de/fr/es/ru 6%
   each, ja/it/pl 5% each. Overall about en 35%, zh 30%.
 * duplicates: 3% exact (same text, new id and url) and 3% near (a word/char replaced or swapped,

@@ -70,7 +70,7 @@ class Boilerplate(BuilderBase):
         return f"{head:<{width}}{text}" if len(head) < width - 1 else f"{head}\n{' ' * width}{text}"
 
     def messages(self, loc: str) -> str:
-        """4-12 software messages from the templates: one program's --help text, or lines of a message
+        """Software messages from the templates: one program's --help text (3-13 lines), or 4-12 lines of a message
         catalog (errors with format specifiers, usage, option help, version and licence lines)."""
         rng, zh, f = self.rng, loc != "en_US", self.fake[loc]
         spdx, _, licurl = rng.choice(T.LICENCES)

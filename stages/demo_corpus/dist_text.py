@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from stages.common.runtime.params import ConfigError
 from stages.demo_corpus.docstrings import _drop_near_duplicates, pack
 from stages.demo_corpus.tables import T
 
@@ -35,7 +36,12 @@ def corpus_distributions() -> frozenset[str]:
 @functools.cache
 def _corpus_dists() -> tuple[importlib.metadata.Distribution, ...]:
     """The installed distributions of CORPUS_DISTRIBUTIONS (each must be installed: requirements.lock pins it)."""
-    return tuple(importlib.metadata.distribution(name) for name in sorted(corpus_distributions()))
+    try:
+        return tuple(importlib.metadata.distribution(name) for name in sorted(corpus_distributions()))
+    except importlib.metadata.PackageNotFoundError as e:
+        raise ConfigError(f"demo_corpus: the distribution {e.name!r} that the demo corpus reads (corpus_distributions "
+                          "in stages/demo_corpus/data/sources.yaml) is not installed: install requirements.lock "
+                          "(make install)") from None
 
 
 def _corpus_files(keep: Callable[[importlib.metadata.PackagePath], bool]) -> list[importlib.metadata.PackagePath]:

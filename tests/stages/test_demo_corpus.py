@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.common.runtime.params import load_section
+from stages.common.runtime.params import ConfigError, load_section
 from stages.common.text.normalize import NormalizeOptions, normalize
 from stages.common.text.readers import iter_raw, parse_raw
 from stages.demo_corpus import (
@@ -28,6 +28,7 @@ from stages.demo_corpus import (
 )
 from stages.demo_corpus.records import Doc, _even_shares, semantic_labels
 from stages.demo_corpus.tables import T
+from stages.demo_corpus import dist_text
 from stages.demo_corpus.dist_text import readme_sections
 from stages.demo_corpus.warc import WARC_MALFORMED, WARC_NAME
 
@@ -380,6 +381,18 @@ def test_real_text_comes_from_the_fixed_distributions_only() -> None:
         assert _canonical(dist) in corpus_distributions(), name
     pinned = {_canonical(line.split("==")[0]) for line in LOCK_FILE.read_text().splitlines() if "==" in line}
     assert corpus_distributions() <= pinned  # each still pinned, so its text is what the lock says
+
+
+def test_a_corpus_distribution_not_installed_is_a_one_line_error(monkeypatch) -> None:
+    """The demo reads licences and catalogs from a fixed list of distributions: one that is missing would change
+    the corpus, so it stops the stage with an error that names it."""
+    monkeypatch.setattr(dist_text, "corpus_distributions", lambda: frozenset({"refinery-no-such-dist"}))
+    dist_text._corpus_dists.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="'refinery-no-such-dist'.*not installed.*requirements.lock"):
+            dist_text._corpus_dists()
+    finally:
+        dist_text._corpus_dists.cache_clear()
 
 
 def test_boilerplate_has_real_licence_and_po_text(large) -> None:
