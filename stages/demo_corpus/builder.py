@@ -15,8 +15,8 @@ from stages.demo_corpus.tables import T
 from stages.demo_corpus.text import _sentences
 
 
-# the locales of the drop kinds, by weight; the other kinds have every locale (LOCALES)
-LOCALE_WEIGHTS = {"ad": {"en_US": 0.55, "zh_CN": 0.45}, "boilerplate": T.BOILER_LOCALES}
+# the locales of the drop kinds, by weight (data/mix.yaml); the other kinds have every locale (LOCALES)
+LOCALE_WEIGHTS = {"ad": T.AD_LOCALES, "boilerplate": T.BOILER_LOCALES}
 
 
 class Builder(ManPages, Quotes, Reference, Pages, Boilerplate, Malformed, Duplicates):
