@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -54,7 +55,7 @@ def stamp(bench: str, measures: tuple[str, ...] = DEFAULT_MEASURES) -> dict[str,
                             capture_output=True, text=True, check=True).stdout
     changed = [entry for entry in status.split("\0") if len(entry) > 3]
     return {"bench": bench,
-            "command": " ".join([f"python -m bench.{bench}", *sys.argv[1:]]),
+            "command": " ".join([f"python -m bench.{bench}", *map(shlex.quote, sys.argv[1:])]),  # shell words
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "commit": git("rev-parse", "--short", "HEAD"),
             "changed_files": [line[3:] for line in changed],  # porcelain: two status letters and a space

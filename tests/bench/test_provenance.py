@@ -145,3 +145,45 @@ def test_stale_follows_the_commits_to_the_measured_code(tmp_path):
     status, rows = stale(repo)
     assert status == 1 and "**unknown**" in rows["bench/results/toy.json"]
     assert "records no commit" in rows["bench/results/toy.json"]
+
+
+def test_rerun_runs_the_recorded_command_of_each_stale_file(tmp_path):
+    """`--rerun` reruns a stale results file's own command, arguments included, once, and lists it current after."""
+    repo = tmp_path / "repo"
+    (repo / "bench" / "results").mkdir(parents=True)
+    for name in ("__init__.py", "_provenance.py", "_stale.py"):
+        shutil.copy(ROOT / "bench" / name, repo / "bench" / name)
+    # a benchmark that records its arguments and how often it ran
+    (repo / "bench" / "toy.py").write_text(
+        'import json, sys\nfrom bench import _provenance\nMEASURES = ("src",)\n'
+        'out = _provenance.ROOT / "bench" / "results" / "toy.json"\n'
+        'runs = json.loads(out.read_text()).get("runs", 0) if out.exists() else 0\n'
+        'out.write_text(json.dumps({**_provenance.stamp("toy", MEASURES), "runs": runs + 1, "argv": sys.argv[1:]}))\n')
+    (repo / "src").mkdir()
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "C1")
+    old = git(repo, "rev-parse", "--short", "HEAD")
+    command = "python -m bench.toy --size 'two words'"
+    toy = repo / "bench" / "results" / "toy.json"
+    toy.write_text(json.dumps({"bench": "toy", "commit": old, "command": command}))
+    commit_change(repo, "src/a.py", "x = 2\n")
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+
+    def run(*flags):
+        return subprocess.run([sys.executable, "-m", "bench._stale", *flags], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    dry = run("--rerun", "--dry-run")
+    assert dry.returncode == 0 and f"[1/1] {command}" in dry.stdout and "**stale**" in dry.stdout
+    assert "runs" not in json.loads(toy.read_text())  # nothing ran
+    proc = run("--rerun", "--strict")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(toy.read_text())
+    assert data["runs"] == 1 and data["argv"] == ["--size", "two words"] and data["command"] == command
+    assert data["commit"] != old and "**current**" in proc.stdout and "[1/1] done" in proc.stdout
+
+    toy.write_text(json.dumps({"bench": "toy", "command": "rm -rf src"}))
+    proc = run("--rerun")  # a command that is not a benchmark is never run
+    assert proc.returncode == 1 and "rerun it by hand" in proc.stdout and (repo / "src" / "a.py").exists()
